@@ -1,0 +1,30 @@
+// evpool: CUDABackend, the event backend of real CUDA events.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "evpool/cuda_event.h"
+
+namespace evpool {
+
+/// Creates and destroys CUDA events through the CUDA runtime. Stateless; every copy is the same.
+/// Every member is thread-safe (the CUDA runtime is).
+struct CUDABackend {
+  using handle_type = cudaEvent_t;
+  using event_type = CUDAEvent;
+  static constexpr unsigned kDefaultFlags = cudaEventDisableTiming;
+
+  /// std::invalid_argument for flags CUDA would reject.
+  void validate_flags(unsigned flags) const;
+  /// A new event on `device`; the caller's current device is restored. Throws CUDAError.
+  cudaEvent_t create(unsigned flags, int device);
+  /// Destroys `handle`; errors are ignored (see CUDAEvent's destructor).
+  void destroy(cudaEvent_t handle) noexcept;
+  CUDAEvent adopt(cudaEvent_t handle, int device) noexcept { return CUDAEvent(handle, device); }
+  /// cudaGetDeviceCount; throws CUDAError (no driver, no device).
+  int device_count() const;
+  /// cudaGetDevice; throws CUDAError.
+  int current_device() const;
+};
+
+}  // namespace evpool

@@ -1,0 +1,128 @@
+// evpool: HostBackend, an event backend of host tokens, for tests and CPU benchmarks.
+//
+// Design rationale
+// ----------------
+// HostBackend lets the real pool code run where no GPU exists. Its "events" are 64-bit tokens that
+// encode the device they were created on and a serial number unique for the backend's lifetime:
+//
+//    63          48 47                                          0
+//   +--------------+---------------------------------------------+
+//   |    device    |  serial (1, 2, 3, ... in order of creation) |
+//   +--------------+---------------------------------------------+
+//
+// so a test can tell, from a token alone, which device it belongs to and whether two holders have
+// the same one. The backend counts creates and destroys, and injects faults: a chosen create
+// fails with HostBackendFault. Like the CUDA runtime it models, the current device is a property
+// of the calling thread. Copies of a HostBackend share one state.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+namespace evpool {
+
+/// What a HostBackend create throws when a fault was injected for it.
+class HostBackendFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class HostBackend {
+  struct State;
+
+ public:
+  using handle_type = std::uint64_t;
+  static constexpr unsigned kDefaultFlags = 0;
+  static constexpr int kMaxDevices = 1 << 15;
+
+  /// The move-only owner of one token; destroys it through its backend when it dies. The backend
+  /// must outlive every event it created.
+  class Event {
+   public:
+    Event() noexcept = default;
+    Event(Event &&other) noexcept
+        : state_(other.state_), token_(std::exchange(other.token_, 0)),
+          device_(std::exchange(other.device_, -1)) {}
+    Event &operator=(Event &&other) noexcept {
+      if (this != &other) {
+        reset();
+        state_ = other.state_;
+        token_ = std::exchange(other.token_, 0);
+        device_ = std::exchange(other.device_, -1);
+      }
+      return *this;
+    }
+    ~Event() { reset(); }
+
+    handle_type get() const noexcept { return token_; }
+    int device_id() const noexcept { return device_; }
+    explicit operator bool() const noexcept { return token_ != 0; }
+
+    /// Gives the token up without destroying it.
+    handle_type release() noexcept {
+      device_ = -1;
+      return std::exchange(token_, 0);
+    }
+    /// Destroys the token, if any, and leaves the event empty.
+    void reset() noexcept {
+      if (token_ != 0) count_destroy(state_);
+      token_ = 0;
+      device_ = -1;
+    }
+
+   private:
+    friend class HostBackend;
+    Event(State *state, handle_type token, int device) noexcept
+        : state_(state), token_(token), device_(device) {}
+
+    State *state_ = nullptr;
+    handle_type token_ = 0;
+    int device_ = -1;
+  };
+  using event_type = Event;
+
+  /// A backend of `device_count` devices, in [1, kMaxDevices]; std::invalid_argument otherwise.
+  explicit HostBackend(int device_count = 1);
+
+  /// Accepts every flag value: tokens have no flags.
+  void validate_flags(unsigned) const noexcept {}
+
+  /// A new token of `device`. Thread-safe. Throws HostBackendFault if the fault predicate says so
+  /// for this attempt, and std::out_of_range for a device outside [0, device_count()).
+  handle_type create(unsigned flags, int device);
+  /// Counts the token as destroyed. Thread-safe.
+  void destroy(handle_type token) noexcept;
+  /// Wraps `token` into an owning event that records `device` (-1: unknown).
+  Event adopt(handle_type token, int device) noexcept { return Event(state_.get(), token, device); }
+
+  int device_count() const noexcept;
+  /// The calling thread's current device (initially 0), shared by all HostBackends.
+  int current_device() const noexcept;
+  /// Sets the calling thread's current device; std::out_of_range outside [0, device_count()).
+  void set_current_device(int device) const;
+
+  /// Makes create attempt number n (1, 2, ... counted over the backend's life) fail when
+  /// `should_fail(n, device)` is true; an empty function removes the fault. Not thread-safe with
+  /// respect to concurrent creates: set it while no create runs.
+  void inject_create_fault(std::function<bool(std::uint64_t attempt, int device)> should_fail);
+
+  std::uint64_t created() const noexcept;
+  std::uint64_t destroyed() const noexcept;
+  std::uint64_t create_attempts() const noexcept;
+
+  static int device_of(handle_type token) noexcept { return static_cast<int>(token >> 48); }
+  static std::uint64_t serial_of(handle_type token) noexcept {
+    return token & ((std::uint64_t{1} << 48) - 1);
+  }
+
+ private:
+  static void count_destroy(State *state) noexcept;
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace evpool

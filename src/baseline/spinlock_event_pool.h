@@ -1,0 +1,102 @@
+// evpool baseline: a faithful re-implementation of the design evpool replaces. Private;
+// benchmarks and differential tests only.
+//
+// DALI's CUDAEventPool (dali/core/cuda_event_pool.cc), over the EventBackend concept: per-device
+// intrusive lists of heap-allocated EventEntry nodes plus one list of spare nodes, all behind one
+// yielding spinlock (100 spins, then yield). Events are created outside the lock on a miss; a Put
+// with no spare node drops the lock to allocate one. Get and Put with device -1 use the current
+// device, as DALI does. Purge destroys the idle events and frees every node, spare ones included.
+// Device ordinals are checked only by assert, as in DALI: this is a baseline, not an API.
+#pragma once
+
+#include <cassert>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "baseline/yielding_spinlock.h"
+#include "evpool/event_backend.h"
+
+namespace evpool::baseline {
+
+template <EventBackend Backend>
+class SpinlockEventPool {
+ public:
+  using event_type = typename Backend::event_type;
+
+  explicit SpinlockEventPool(Backend backend = Backend(),
+                             unsigned event_flags = Backend::kDefaultFlags)
+      : backend_(std::move(backend)), event_flags_(event_flags) {
+    device_lists_.resize(static_cast<std::size_t>(backend_.device_count()));
+  }
+  SpinlockEventPool(const SpinlockEventPool &) = delete;
+  SpinlockEventPool &operator=(const SpinlockEventPool &) = delete;
+  ~SpinlockEventPool() { Purge(); }
+
+  event_type Get(int device_id = -1) {
+    if (device_id == -1) device_id = backend_.current_device();
+    event_type event = GetFromPool(device_id);
+    if (!event) return backend_.adopt(backend_.create(event_flags_, device_id), device_id);
+    return event;
+  }
+
+  void Put(event_type &&event, int device_id = -1) {
+    if (device_id < 0) device_id = backend_.current_device();
+    assert(device_id >= 0 && device_id < static_cast<int>(device_lists_.size()));
+    std::unique_lock<Lock> lock(lock_);
+    EventEntry *entry = Pop(spare_);
+    if (!entry) {
+      lock.unlock();
+      entry = new EventEntry{std::move(event), nullptr};
+      lock.lock();
+    } else {
+      entry->event = std::move(event);
+    }
+    Push(device_lists_[static_cast<std::size_t>(device_id)], entry);
+  }
+
+  void Purge() {
+    std::lock_guard<Lock> guard(lock_);
+    DeleteList(spare_);
+    for (EventEntry *&list : device_lists_) DeleteList(list);
+  }
+
+ private:
+  using Lock = YieldingSpinlock<100>;
+
+  struct EventEntry {
+    event_type event;
+    EventEntry *next;
+  };
+
+  event_type GetFromPool(int device_id) {
+    assert(device_id >= 0 && device_id < static_cast<int>(device_lists_.size()));
+    std::lock_guard<Lock> guard(lock_);
+    EventEntry *entry = Pop(device_lists_[static_cast<std::size_t>(device_id)]);
+    if (!entry) return event_type();
+    event_type event = std::move(entry->event);
+    Push(spare_, entry);
+    return event;
+  }
+
+  static EventEntry *Pop(EventEntry *&head) {
+    EventEntry *entry = head;
+    if (entry) head = entry->next;
+    return entry;
+  }
+  static void Push(EventEntry *&head, EventEntry *entry) {
+    entry->next = head;
+    head = entry;
+  }
+  static void DeleteList(EventEntry *&head) {
+    while (head) delete std::exchange(head, head->next);
+  }
+
+  Backend backend_;
+  unsigned event_flags_;
+  Lock lock_;
+  EventEntry *spare_ = nullptr;
+  std::vector<EventEntry *> device_lists_;
+};
+
+}  // namespace evpool::baseline

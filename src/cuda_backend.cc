@@ -1,0 +1,29 @@
+#include "evpool/cuda_backend.h"
+
+#include "cuda_runtime_helpers.h"
+
+namespace evpool {
+
+void CUDABackend::validate_flags(unsigned flags) const { detail::validate_event_flags(flags); }
+
+cudaEvent_t CUDABackend::create(unsigned flags, int device) {
+  return CUDAEvent::CreateWithFlags(flags, device).release();
+}
+
+void CUDABackend::destroy(cudaEvent_t handle) noexcept {
+  detail::destroy_event_tolerating_exit(handle);
+}
+
+int CUDABackend::device_count() const {
+  int count = 0;
+  detail::check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  return count;
+}
+
+int CUDABackend::current_device() const {
+  int device = -1;
+  detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
+}  // namespace evpool

@@ -1,0 +1,41 @@
+#include "cuda_runtime_helpers.h"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "evpool/cuda_error.h"
+
+namespace evpool::detail {
+
+void check_cuda(cudaError_t error, const char *call) {
+  if (error != cudaSuccess) {
+    // Clear the runtime's last-error slot, so that this failure, already reported by the
+    // exception, does not surface again in the caller's next cudaGetLastError.
+    cudaGetLastError();
+    throw CUDAError(error, call);
+  }
+}
+
+cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept {
+  const cudaError_t error = cudaEventDestroy(handle);
+  // The runtime API reports the driver's CUDA_ERROR_DEINITIALIZED as cudaErrorCudartUnloading.
+  if (error == cudaErrorCudartUnloading) return cudaSuccess;
+  return error;
+}
+
+void validate_event_flags(unsigned flags) {
+  constexpr unsigned kKnown =
+      cudaEventDefault | cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%x", flags);
+  if ((flags & ~kKnown) != 0)
+    throw std::invalid_argument(std::string("evpool: event flags ") + hex +
+                                " have bits outside cudaEventBlockingSync | "
+                                "cudaEventDisableTiming | cudaEventInterprocess");
+  if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0)
+    throw std::invalid_argument(std::string("evpool: event flags ") + hex +
+                                " have cudaEventInterprocess without cudaEventDisableTiming");
+}
+
+}  // namespace evpool::detail

@@ -1,0 +1,18 @@
+// evpool: small pieces shared by the CUDA parts of the library. Private.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace evpool::detail {
+
+/// Throws CUDAError naming `call` unless `error` is cudaSuccess.
+void check_cuda(cudaError_t error, const char *call);
+
+/// cudaEventDestroy, with the errors of a runtime that is unloading at process exit mapped to
+/// success: the driver reclaims the event then anyway.
+cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept;
+
+/// Throws std::invalid_argument, naming the flags, unless CUDA can create events with them.
+void validate_event_flags(unsigned flags);
+
+}  // namespace evpool::detail

@@ -1,0 +1,78 @@
+#include "evpool/host_backend.h"
+
+#include <string>
+#include <utility>
+
+namespace evpool {
+
+struct HostBackend::State {
+  explicit State(int devices) : device_count(devices) {}
+
+  const int device_count;
+  // Relaxed throughout: the counters are statistics and serial numbers, read once the threads
+  // that changed them have been joined (which orders them); no other memory hangs off them.
+  std::atomic<std::uint64_t> create_attempts{0};
+  std::atomic<std::uint64_t> created{0};
+  std::atomic<std::uint64_t> destroyed{0};
+  std::atomic<std::uint64_t> next_serial{1};
+  std::function<bool(std::uint64_t, int)> should_fail;
+};
+
+namespace {
+thread_local int current_host_device = 0;
+}  // namespace
+
+HostBackend::HostBackend(int device_count) {
+  if (device_count < 1 || device_count > kMaxDevices)
+    throw std::invalid_argument("evpool: HostBackend device count " + std::to_string(device_count) +
+                                " is outside [1, " + std::to_string(kMaxDevices) + "]");
+  state_ = std::make_shared<State>(device_count);
+}
+
+HostBackend::handle_type HostBackend::create(unsigned /*flags*/, int device) {
+  if (device < 0 || device >= state_->device_count)
+    throw std::out_of_range("evpool: HostBackend::create: device ordinal " +
+                            std::to_string(device) + " is out of range [0, " +
+                            std::to_string(state_->device_count) + ")");
+  const std::uint64_t attempt = state_->create_attempts.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (state_->should_fail && state_->should_fail(attempt, device))
+    throw HostBackendFault("evpool: injected fault in HostBackend create attempt " +
+                           std::to_string(attempt) + " on device " + std::to_string(device));
+  const std::uint64_t serial = state_->next_serial.fetch_add(1, std::memory_order_relaxed);
+  state_->created.fetch_add(1, std::memory_order_relaxed);
+  return (static_cast<std::uint64_t>(device) << 48) | serial;
+}
+
+void HostBackend::destroy(handle_type /*token*/) noexcept { count_destroy(state_.get()); }
+
+void HostBackend::count_destroy(State *state) noexcept {
+  state->destroyed.fetch_add(1, std::memory_order_relaxed);
+}
+
+int HostBackend::device_count() const noexcept { return state_->device_count; }
+
+int HostBackend::current_device() const noexcept { return current_host_device; }
+
+void HostBackend::set_current_device(int device) const {
+  if (device < 0 || device >= state_->device_count)
+    throw std::out_of_range("evpool: HostBackend::set_current_device: device ordinal " +
+                            std::to_string(device) + " is out of range [0, " +
+                            std::to_string(state_->device_count) + ")");
+  current_host_device = device;
+}
+
+void HostBackend::inject_create_fault(std::function<bool(std::uint64_t, int)> should_fail) {
+  state_->should_fail = std::move(should_fail);
+}
+
+std::uint64_t HostBackend::created() const noexcept {
+  return state_->created.load(std::memory_order_relaxed);
+}
+std::uint64_t HostBackend::destroyed() const noexcept {
+  return state_->destroyed.load(std::memory_order_relaxed);
+}
+std::uint64_t HostBackend::create_attempts() const noexcept {
+  return state_->create_attempts.load(std::memory_order_relaxed);
+}
+
+}  // namespace evpool

@@ -1,0 +1,178 @@
+// BasicEventPool under concurrency, through HostBackend: 2 to 64 threads doing random Get, Put and
+// Purge on several devices, with faults injected into creates and events handed between threads.
+//
+// Invariants checked:
+// - no token is ever held by two holders at once (a ledger flag per token, flipped with RMWs);
+// - every Get(d) returns an event that records d and whose token was created on d;
+// - none is lost: once the threads stop, created = destroyed + idle + held.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+
+namespace evpool {
+namespace {
+
+using Pool = BasicEventPool<HostBackend>;
+using Event = HostBackend::Event;
+
+// Who holds which token. Relaxed RMWs suffice: all RMWs on one flag are totally ordered, so two
+// holders at once means one of them reads the other's 1.
+class Ledger {
+ public:
+  explicit Ledger(std::size_t capacity) : held_(capacity) {}
+
+  void got(const Event &event, int device) {
+    const std::uint64_t serial = HostBackend::serial_of(event.get());
+    if (serial >= held_.size()) {
+      overflow_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (held_[serial].exchange(1, std::memory_order_relaxed) != 0)
+      held_twice_.fetch_add(1, std::memory_order_relaxed);
+    if (event.device_id() != device || HostBackend::device_of(event.get()) != device)
+      wrong_device_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void giving_back(const Event &event) {
+    const std::uint64_t serial = HostBackend::serial_of(event.get());
+    if (serial < held_.size() && held_[serial].exchange(0, std::memory_order_relaxed) != 1)
+      returned_unheld_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void expect_clean() const {
+    EXPECT_EQ(overflow_.load(), 0u) << "ledger too small";
+    EXPECT_EQ(held_twice_.load(), 0u) << "an event was handed to two holders at once";
+    EXPECT_EQ(wrong_device_.load(), 0u) << "Get(d) returned an event of another device";
+    EXPECT_EQ(returned_unheld_.load(), 0u) << "an event was returned by a non-holder";
+  }
+
+ private:
+  std::vector<std::atomic<std::uint8_t>> held_;
+  std::atomic<std::uint64_t> overflow_{0}, held_twice_{0}, wrong_device_{0}, returned_unheld_{0};
+};
+
+struct Scenario {
+  int threads;
+  int devices;
+  bool faults;    // every 5th create attempt fails
+  bool handoff;   // events got on one thread are put back by another
+  bool purges;    // Purge runs among Gets and Puts
+  std::string name() const {
+    return std::to_string(threads) + "threads_" + std::to_string(devices) + "devices" +
+           (faults ? "_faults" : "") + (handoff ? "_handoff" : "") + (purges ? "_purges" : "");
+  }
+};
+
+class PoolConcurrency : public testing::TestWithParam<Scenario> {};
+
+TEST_P(PoolConcurrency, NoEventIsHeldTwiceLostOrOfTheWrongDevice) {
+  const Scenario scenario = GetParam();
+  constexpr int kTotalOperations = 120'000;
+  constexpr std::size_t kMaxHeld = 6;
+  const int operations = std::max(1000, kTotalOperations / scenario.threads);
+
+  HostBackend backend(scenario.devices);
+  if (scenario.faults)
+    backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt % 5 == 0; });
+  Pool pool(backend);
+  Ledger ledger(static_cast<std::size_t>(scenario.threads) * operations + 1);
+
+  std::mutex handoff_mutex;
+  std::vector<Event> handoff;  // events in flight between threads
+  std::vector<std::vector<Event>> kept(static_cast<std::size_t>(scenario.threads));
+  std::atomic<std::uint64_t> faults_seen{0};
+
+  auto worker = [&](int thread_index) {
+    std::mt19937 random(static_cast<unsigned>(7919 * thread_index + 1));
+    std::vector<Event> &held = kept[static_cast<std::size_t>(thread_index)];
+    auto pick_device = [&] { return static_cast<int>(random() % static_cast<unsigned>(scenario.devices)); };
+    for (int op = 0; op < operations; ++op) {
+      const unsigned action = random() % 100;
+      if (action < 45 && held.size() < kMaxHeld) {
+        const int device = pick_device();
+        const bool use_current = random() % 2 == 0;
+        if (use_current) backend.set_current_device(device);
+        try {
+          Event event = pool.Get(use_current ? -1 : device);
+          ledger.got(event, device);
+          held.push_back(std::move(event));
+        } catch (const HostBackendFault &) {
+          faults_seen.fetch_add(1, std::memory_order_relaxed);
+        }
+      } else if (action < 90 && !held.empty()) {
+        const std::size_t which = random() % held.size();
+        Event event = std::move(held[which]);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(which));
+        if (scenario.handoff && random() % 2 == 0) {
+          std::lock_guard<std::mutex> lock(handoff_mutex);
+          handoff.push_back(std::move(event));
+          continue;
+        }
+        ledger.giving_back(event);
+        // Put with -1 must use the event's own device even when another one is current.
+        backend.set_current_device(pick_device());
+        const int device = event.device_id();
+        pool.Put(std::move(event), random() % 2 == 0 ? -1 : device);
+      } else if (action < 92 && scenario.purges) {
+        pool.Purge();
+      } else if (scenario.handoff) {
+        Event event;
+        {
+          std::lock_guard<std::mutex> lock(handoff_mutex);
+          if (handoff.empty()) continue;
+          event = std::move(handoff.back());
+          handoff.pop_back();
+        }
+        ledger.giving_back(event);
+        pool.Put(std::move(event));
+      }
+    }
+  };
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < scenario.threads; ++t) threads.emplace_back(worker, t);
+  for (std::thread &thread : threads) thread.join();
+
+  ledger.expect_clean();
+  if (scenario.faults) {
+    EXPECT_GT(faults_seen.load(), 0u);
+  }
+
+  std::uint64_t held = handoff.size();
+  for (const auto &events : kept) held += events.size();
+  pool.Purge();  // now idle = 0, so created = destroyed + held
+  EXPECT_EQ(backend.created(), backend.destroyed() + held);
+  handoff.clear();
+  kept.clear();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+  EXPECT_LE(pool.node_count(), backend.created());
+}
+
+std::vector<Scenario> scenarios() {
+  std::vector<Scenario> all;
+  for (int threads : {2, 4, 8, 16, 32, 64}) {
+    all.push_back({threads, 1, false, false, false});  // every thread on one head: ABA pressure
+    all.push_back({threads, 4, true, true, true});     // everything at once
+  }
+  all.push_back({8, 3, false, false, true});
+  all.push_back({8, 3, true, false, false});
+  all.push_back({8, 2, false, true, false});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, PoolConcurrency, testing::ValuesIn(scenarios()),
+                         [](const auto &info) { return info.param.name(); });
+
+}  // namespace
+}  // namespace evpool

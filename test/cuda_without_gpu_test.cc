@@ -1,0 +1,105 @@
+// The CUDA parts where they can be checked without a GPU: argument checks that come before any
+// CUDA call, ownership of adopted handles, and the errors where CUDA has no driver or no device.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "cuda_availability.h"
+#include "evpool/cuda_error.h"
+#include "evpool/cuda_event.h"
+#include "evpool/cuda_event_pool.h"
+
+namespace evpool {
+namespace {
+
+using testing::HasSubstr;
+
+// A made-up handle: these tests release it before the event dies, so CUDA never sees it.
+cudaEvent_t fake_handle() { return reinterpret_cast<cudaEvent_t>(0x1000); }
+
+TEST(CUDAEvent, AnEmptyEventIsFalseAndHasNoDevice) {
+  CUDAEvent event;
+  EXPECT_FALSE(event);
+  EXPECT_EQ(event.get(), nullptr);
+  EXPECT_EQ(static_cast<cudaEvent_t>(event), nullptr);
+  EXPECT_EQ(event.device_id(), -1);
+  EXPECT_EQ(event.release(), nullptr);
+}
+
+TEST(CUDAEvent, AdoptsAHandleWithItsDeviceAndMovesIt) {
+  CUDAEvent event(fake_handle(), 3);
+  EXPECT_TRUE(event);
+  EXPECT_EQ(event.get(), fake_handle());
+  EXPECT_EQ(static_cast<cudaEvent_t>(event), fake_handle());
+  EXPECT_EQ(event.device_id(), 3);
+
+  CUDAEvent moved(std::move(event));
+  EXPECT_FALSE(event);  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_EQ(event.device_id(), -1);
+  EXPECT_EQ(moved.device_id(), 3);
+
+  CUDAEvent assigned;
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.get(), fake_handle());
+  EXPECT_EQ(assigned.release(), fake_handle());
+  EXPECT_FALSE(assigned);
+  EXPECT_EQ(assigned.device_id(), -1);
+}
+
+TEST(CUDAEvent, AdoptedHandleOfUnknownDeviceRecordsMinusOne) {
+  CUDAEvent event(fake_handle());
+  EXPECT_EQ(event.device_id(), -1);
+  event.release();
+}
+
+TEST(CUDAEvent, RejectsFlagsCudaWouldRejectBeforeCallingCuda) {
+  EXPECT_THROW(CUDAEvent::CreateWithFlags(0x100), std::invalid_argument);
+  try {
+    CUDAEvent::CreateWithFlags(cudaEventInterprocess);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_THAT(error.what(), HasSubstr("cudaEventInterprocess without cudaEventDisableTiming"));
+  }
+}
+
+TEST(CUDAEventPool, RejectsInvalidFlagsBeforeCallingCuda) {
+  EXPECT_THROW(CUDAEventPool pool(0x80), std::invalid_argument);
+  EXPECT_THROW(CUDAEventPool pool(cudaEventInterprocess | cudaEventBlockingSync),
+               std::invalid_argument);
+}
+
+TEST(CUDAError, NamesTheCallAndCudasMessage) {
+  const CUDAError error(cudaErrorInvalidDevice, "cudaSetDevice");
+  EXPECT_EQ(error.error(), cudaErrorInvalidDevice);
+  EXPECT_THAT(error.what(), HasSubstr("cudaSetDevice failed"));
+  EXPECT_THAT(error.what(), HasSubstr(cudaGetErrorString(cudaErrorInvalidDevice)));
+  EXPECT_THAT(error.what(), HasSubstr("cudaErrorInvalidDevice"));
+}
+
+TEST(CUDAEventPoolWithoutGpu, ConstructionThrowsCudaErrorWithCudasMessage) {
+  EVPOOL_REQUIRE_NO_GPU();
+  try {
+    CUDAEventPool pool;
+    ADD_FAILURE() << "no exception";
+  } catch (const CUDAError &error) {
+    EXPECT_NE(error.error(), cudaSuccess);
+    EXPECT_THAT(error.what(), HasSubstr("cudaGetDeviceCount failed"));
+    EXPECT_THAT(error.what(), HasSubstr(cudaGetErrorString(error.error())));
+  }
+}
+
+TEST(CUDAEventPoolWithoutGpu, InstanceThrowsCudaErrorAndCanBeRetried) {
+  EVPOOL_REQUIRE_NO_GPU();
+  EXPECT_THROW(CUDAEventPool::instance(), CUDAError);
+  EXPECT_THROW(CUDAEventPool::instance(), CUDAError);
+}
+
+TEST(CUDAEventWithoutGpu, CreateThrowsCudaError) {
+  EVPOOL_REQUIRE_NO_GPU();
+  EXPECT_THROW(CUDAEvent::Create(), CUDAError);
+  EXPECT_THROW(CUDAEvent::CreateWithFlags(cudaEventDefault, 0), CUDAError);
+}
+
+}  // namespace
+}  // namespace evpool
