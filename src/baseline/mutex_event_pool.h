@@ -1,0 +1,70 @@
+// evpool baseline: a std::mutex and a std::vector of idle events per device, the shape of PyTorch's
+// CUDA event pool. Private; benchmarks and differential tests only.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "evpool/detail/cache_line_padded.h"
+#include "evpool/event_backend.h"
+
+namespace evpool::baseline {
+
+template <EventBackend Backend>
+class MutexEventPool {
+ public:
+  using event_type = typename Backend::event_type;
+
+  explicit MutexEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
+      : backend_(std::move(backend)), event_flags_(event_flags),
+        devices_(std::make_unique<detail::CacheLinePadded<DeviceList>[]>(
+            static_cast<std::size_t>(backend_.device_count()))),
+        device_count_(backend_.device_count()) {}
+  MutexEventPool(const MutexEventPool &) = delete;
+  MutexEventPool &operator=(const MutexEventPool &) = delete;
+  ~MutexEventPool() { Purge(); }
+
+  event_type Get(int device) {
+    DeviceList &list = devices_[device].value;
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      if (!list.idle.empty()) {
+        const auto handle = list.idle.back();
+        list.idle.pop_back();
+        return backend_.adopt(handle, device);
+      }
+    }
+    return backend_.adopt(backend_.create(event_flags_, device), device);
+  }
+
+  void Put(event_type &&event, int device) {
+    DeviceList &list = devices_[device].value;
+    std::lock_guard<std::mutex> lock(list.mutex);
+    list.idle.push_back(event.release());  // a bad_alloc here leaves the event with the caller
+  }
+
+  void Purge() {
+    for (int device = 0; device < device_count_; ++device) {
+      DeviceList &list = devices_[device].value;
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (auto handle : list.idle) backend_.destroy(handle);
+      list.idle.clear();
+    }
+  }
+
+ private:
+  struct DeviceList {
+    std::mutex mutex;
+    std::vector<typename Backend::handle_type> idle;
+  };
+
+  Backend backend_;
+  unsigned event_flags_;
+  std::unique_ptr<detail::CacheLinePadded<DeviceList>[]> devices_;
+  int device_count_;
+};
+
+}  // namespace evpool::baseline
