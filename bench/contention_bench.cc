@@ -8,7 +8,7 @@
 //            handoff  thread 2k gets events, thread 2k+1 puts them back (a completion thread)
 //            spread   thread t works on device t % devices (8 host devices; every visible GPU)
 //            sync     get, cudaEventRecord on stream A, cudaStreamWaitEvent on stream B, put
-//   variant  evpool, spinlock (the design replaced), mutex, boost, private (no sharing: the limit),
+//   variant  evpool, evpool-nobackoff (retries at once), spinlock (the design replaced), mutex, boost, private (no sharing: the limit),
 //            none (create and destroy a real event every time; cuda only)
 // Throughput is items_per_second: Get+Put pairs per second, all threads together. events_created
 // is what the variant created during the run, pre-warming included: its idle memory.
@@ -62,7 +62,9 @@ class SharedPool {
 };
 
 template <class B> using EvpoolPool = BasicEventPool<B>;
+template <class B> using EvpoolNoBackoffPool = BasicEventPool<B, NoBackoffPolicy<>>;
 template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
+template <class B> using SharedEvpoolNoBackoff = SharedPool<EvpoolNoBackoffPool, B>;
 template <class B> using SharedSpinlock = SharedPool<baseline::SpinlockEventPool, B>;
 template <class B> using SharedMutex = SharedPool<baseline::MutexEventPool, B>;
 template <class B> using SharedBoost = SharedPool<baseline::BoostLockfreeEventPool, B>;
@@ -272,6 +274,7 @@ void register_case(const char *variant_name, const Options &options) {
 template <class Factory, Workload kWorkload>
 void register_workload(const Options &options, bool with_none, bool with_private) {
   register_case<Factory, SharedEvpool, kWorkload>("evpool", options);
+  register_case<Factory, SharedEvpoolNoBackoff, kWorkload>("evpool-nobackoff", options);
   register_case<Factory, SharedSpinlock, kWorkload>("spinlock", options);
   register_case<Factory, SharedMutex, kWorkload>("mutex", options);
   register_case<Factory, SharedBoost, kWorkload>("boost", options);

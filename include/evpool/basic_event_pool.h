@@ -6,18 +6,22 @@
 // and a list of spare nodes, all behind one yielding spinlock; under contention it serialises every
 // Get and Put of every device on that lock. Here the same structure is lock-free:
 //
-//   devices_[d]: TaggedIndexStack of EventEntry nodes, each holding one idle event of device d
-//   spare_:      TaggedIndexStack of EventEntry nodes holding nothing
-//   arena_:      the NodeArena that owns every node, and frees none before the pool dies
+//   devices_[d].events: TaggedIndexStack of EventEntry nodes, each holding an idle event of d
+//   devices_[d].spare:  TaggedIndexStack of EventEntry nodes holding nothing, for Puts to d
+//   arena_:             the NodeArena that owns every node, and frees none before the pool dies
 //
-// Get(d) pops a node from devices_[d], takes its event and pushes the node onto spare_; on a miss
-// it creates an event, holding nothing while it does. Put(e, d) pops a spare node (allocating one
-// only if none is spare), stores e in it and pushes it onto devices_[d]. So a hit costs two
-// compare-exchanges on two different cache lines and no call into the backend, except the
-// current-device query when the caller passes device -1.
+// Get(d) pops a node from devices_[d].events, takes its event and pushes the node onto
+// devices_[d].spare; on a miss it creates an event, holding nothing while it does. Put(e, d) pops
+// a spare node of d (allocating one only if none is spare), stores e in it and pushes it onto
+// devices_[d].events. A hit therefore costs two compare-exchanges and no call into the backend,
+// except the current-device query when the caller passes device -1.
+//
+// The spare list is per device, not global as in DALI: a node popped by Get(d) is only ever
+// needed again by a Put(d), and a global list would make threads working on different devices
+// contend on one word. Each list head sits alone on its own 128 bytes.
 //
 // The bit layout of the heads, why ABA cannot strike and why no node is freed early are explained
-// in detail/tagged_index_stack.h and detail/node_arena.h. Each head sits on its own 128 bytes.
+// in detail/tagged_index_stack.h and detail/node_arena.h.
 //
 // Errors leave everything as it was: every argument is checked before anything changes, Put takes
 // ownership of the event only after the last step that can throw (a node allocation), and a
@@ -56,8 +60,7 @@ class BasicEventPool {
     if (device_count_ <= 0)
       throw std::invalid_argument("evpool: the backend reports " + std::to_string(device_count_) +
                                   " devices; a pool needs at least one");
-    devices_ = std::make_unique<detail::CacheLinePadded<Stack>[]>(
-        static_cast<std::size_t>(device_count_));
+    devices_ = std::make_unique<DeviceLists[]>(static_cast<std::size_t>(device_count_));
   }
 
   BasicEventPool(const BasicEventPool &) = delete;
@@ -75,10 +78,11 @@ class BasicEventPool {
   /// create throws; the pool is unchanged in both cases.
   event_type Get(int device_id = -1) {
     const int device = resolve_device(device_id, "Get");
-    const std::uint32_t index = devices_[device].value.pop(arena_);
+    DeviceLists &lists = devices_[device];
+    const std::uint32_t index = lists.events.value.pop(arena_);
     if (index == detail::kNilIndex) return backend_.adopt(backend_.create(event_flags_, device), device);
     const handle_type handle = arena_[index].handle;
-    spare_.value.push(index, arena_);
+    lists.spare.value.push(index, arena_);
     return backend_.adopt(handle, device);
   }
 
@@ -91,18 +95,19 @@ class BasicEventPool {
   /// - std::bad_alloc if no node can be allocated.
   void Put(event_type &&event, int device_id = -1) {
     if (!event) throw std::invalid_argument("evpool: Put of an empty event");
-    const int device = device_for_put(event, device_id);
-    std::uint32_t index = spare_.value.pop(arena_);
+    DeviceLists &lists = devices_[device_for_put(event, device_id)];
+    std::uint32_t index = lists.spare.value.pop(arena_);
     if (index == detail::kNilIndex) index = arena_.allocate();
     arena_[index].handle = event.release();
-    devices_[device].value.push(index, arena_);
+    lists.events.value.push(index, arena_);
   }
 
   /// Destroys the events that are idle in the pool. Events Put concurrently with a Purge may stay.
   /// Thread-safe and lock-free; may run concurrently with Get, Put and other Purges. Never throws.
   void Purge() noexcept {
     for (int device = 0; device < device_count_; ++device) {
-      const std::uint32_t first = devices_[device].value.pop_all();
+      DeviceLists &lists = devices_[device];
+      const std::uint32_t first = lists.events.value.pop_all();
       if (first == detail::kNilIndex) continue;
       std::uint32_t last = first;
       for (std::uint32_t index = first; index != detail::kNilIndex;
@@ -111,7 +116,7 @@ class BasicEventPool {
         backend_.destroy(arena_[index].handle);
         last = index;
       }
-      spare_.value.push_chain(first, last, arena_);
+      lists.spare.value.push_chain(first, last, arena_);
     }
   }
 
@@ -129,15 +134,25 @@ class BasicEventPool {
   template <class T>
   using Atomic = typename Policy::template atomic<T>;
 
-  // One pooled event, or a spare node (then `handle` is stale and meaningless).
-  struct EventEntry {
+  // One pooled event, or a spare node (then `handle` is stale and meaningless). Each node has its
+  // 128 bytes to itself: nodes of different devices (and of different threads' events) lie side
+  // by side in the arena, and Get and Put write them, so sharing a line would make threads that
+  // share nothing else contend. The cost is 128 bytes per event the pool ever held idle at once.
+  struct alignas(detail::kFalseSharingRange) EventEntry {
     handle_type handle{};
     Atomic<std::uint32_t> next{detail::kNilIndex};
   };
+  static_assert(sizeof(EventEntry) == detail::kFalseSharingRange);
   using Arena = detail::NodeArena<EventEntry, Policy::template atomic>;
-  using Stack = detail::TaggedIndexStack<Policy::template atomic, Policy::tag_bits>;
+  using Stack =
+      detail::TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
 
-  static_assert(sizeof(detail::CacheLinePadded<Stack>) == detail::kFalseSharingRange);
+  struct DeviceLists {
+    detail::CacheLinePadded<Stack> events;
+    detail::CacheLinePadded<Stack> spare;
+  };
+  static_assert(sizeof(DeviceLists) == 2 * detail::kFalseSharingRange,
+                "each head alone on its own 128 bytes");
 
   int resolve_device(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
@@ -167,8 +182,7 @@ class BasicEventPool {
   unsigned event_flags_;
   int device_count_ = 0;
   Arena arena_;
-  detail::CacheLinePadded<Stack> spare_;
-  std::unique_ptr<detail::CacheLinePadded<Stack>[]> devices_;
+  std::unique_ptr<DeviceLists[]> devices_;
 };
 
 }  // namespace evpool

@@ -15,6 +15,8 @@
 
 #include <atomic>
 
+#include "evpool/detail/backoff.h"
+
 namespace evpool {
 
 /// The production configuration: std::atomic and a 32-bit ABA tag.
@@ -23,6 +25,14 @@ struct DefaultPoolPolicy {
   using atomic = std::atomic<T>;
 
   static constexpr unsigned tag_bits = 32;
+
+  using backoff = detail::ExponentialBackoff<>;
+};
+
+/// Same as `Base`, but retrying failed compare-exchanges at once.
+template <class Base = DefaultPoolPolicy>
+struct NoBackoffPolicy : Base {
+  using backoff = detail::NoBackoff;
 };
 
 /// Same as `Base`, but with a `Bits`-wide ABA tag. For tests that demonstrate ABA; never use a

@@ -28,7 +28,10 @@
 // - push: release on the successful CAS publishes the node's payload and its `next`.
 // - pop: acquire on every load of the head (the initial load and each failed CAS) synchronises
 //   with the push that published the top node: every later write of the head is itself an RMW,
-//   so it continues that push's release sequence. The successful CAS needs no ordering of its own.
+//   so it continues that push's release sequence. The successful CAS is acquire too, though the
+//   load before it already synchronised: C++11 forbade a failure order stronger than the success
+//   order and GCC 12 still rejects that pairing with -Winvalid-memory-model, and the acquire costs
+//   nothing on x86 (lock cmpxchg is a full barrier) and an ldaxr for an ldxr on Arm.
 // - `next` is read and written relaxed: it is ordered by the head operations around it.
 // std::atomic_thread_fence is not used anywhere: ThreadSanitizer does not model it.
 #pragma once
@@ -36,14 +39,16 @@
 #include <cstdint>
 #include <utility>
 
+#include "evpool/detail/backoff.h"
 #include "evpool/detail/node_arena.h"
 
 namespace evpool::detail {
 
 /// A lock-free LIFO of node indices. `Nodes` is the arena the indices name: `nodes[i].next` is
 /// node i's `Atomic<uint32_t>` link. All member functions are thread-safe and lock-free; none
-/// allocates or throws.
-template <template <class> class Atomic, unsigned TagBits = 32>
+/// allocates or throws. `Backoff` is called after each failed compare-exchange of one operation
+/// (see backoff.h).
+template <template <class> class Atomic, unsigned TagBits = 32, class Backoff = ExponentialBackoff<>>
 class TaggedIndexStack {
   static_assert(TagBits >= 1 && TagBits <= 32, "the tag shares a 64-bit word with a 32-bit index");
   static_assert(Atomic<std::uint64_t>::is_always_lock_free,
@@ -68,7 +73,7 @@ class TaggedIndexStack {
   void push_chain(std::uint32_t first, std::uint32_t last, Nodes &nodes) noexcept {
     // Relaxed: a push reads nothing of other nodes; it only needs the current top's index.
     std::uint64_t head = head_.load(std::memory_order_relaxed);
-    for (;;) {
+    for (Backoff backoff;; backoff()) {
       // Relaxed: published by the release CAS below.
       nodes[last].next.store(index_of(head), std::memory_order_relaxed);
       // Release: a popper that acquires this head value (or a later one) sees the payload and
@@ -85,16 +90,16 @@ class TaggedIndexStack {
   std::uint32_t pop(Nodes &nodes) noexcept {
     // Acquire: synchronises with the push that published the top node (see the header comment).
     std::uint64_t head = head_.load(std::memory_order_acquire);
-    for (;;) {
+    for (Backoff backoff;; backoff()) {
       const std::uint32_t top = index_of(head);
       if (top == kNilIndex) return kNilIndex;
       // Relaxed, and possibly stale: if another thread popped `top` since our load, this value is
       // garbage, but then the tag has moved on and the CAS below fails.
       const std::uint32_t next = nodes[top].next.load(std::memory_order_relaxed);
-      // Success: relaxed, because the acquire load that produced `head` already synchronised
-      // with the push of `top`. Failure: acquire, because `head` is reloaded and we go on to read
-      // the new top's `next`.
-      if (head_.compare_exchange_weak(head, successor(head, next), std::memory_order_relaxed,
+      // Failure: acquire, because `head` is reloaded and we go on to read the new top's `next`.
+      // Success: acquire only to match the failure order (see the header comment); the load that
+      // produced `head` already synchronised with the push of `top`.
+      if (head_.compare_exchange_weak(head, successor(head, next), std::memory_order_acquire,
                                       std::memory_order_acquire))
         return top;
     }
@@ -105,9 +110,9 @@ class TaggedIndexStack {
   std::uint32_t pop_all() noexcept {
     // Acquire: as in pop, we will read the payload and `next` of every node of the chain.
     std::uint64_t head = head_.load(std::memory_order_acquire);
-    for (;;) {
+    for (Backoff backoff;; backoff()) {
       if (index_of(head) == kNilIndex) return kNilIndex;
-      if (head_.compare_exchange_weak(head, successor(head, kNilIndex), std::memory_order_relaxed,
+      if (head_.compare_exchange_weak(head, successor(head, kNilIndex), std::memory_order_acquire,
                                       std::memory_order_acquire))
         return index_of(head);
     }
