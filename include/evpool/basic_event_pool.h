@@ -21,7 +21,14 @@
 // contend on one word. Each list head sits alone on its own 128 bytes.
 //
 // The bit layout of the heads, why ABA cannot strike and why no node is freed early are explained
-// in detail/tagged_index_stack.h and detail/node_arena.h.
+// in detail/tagged_index_stack.h and detail/node_arena.h. Of note for this pool: Get and Put move
+// nodes between two LIFO stacks, which preserves the nodes' relative order, so an ABA on a head
+// would be harmless were it not for Purge, which reverses a device's chain onto its spare stack.
+// The 32-bit tag is what keeps that case safe (test/interleaving_test.cc finds the corruption with
+// a 1-bit tag).
+//
+// After fork() the child must not hand out or destroy its parent's events: the first operation in
+// a child forgets every idle event (detail/fork_guard.h), and the child starts with an empty pool.
 //
 // Errors leave everything as it was: every argument is checked before anything changes, Put takes
 // ownership of the event only after the last step that can throw (a node allocation), and a
@@ -35,6 +42,7 @@
 #include <string>
 
 #include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/fork_guard.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/tagged_index_stack.h"
 #include "evpool/event_backend.h"
@@ -77,6 +85,7 @@ class BasicEventPool {
   /// Throws std::out_of_range for a device outside [0, device_count()), and whatever the backend's
   /// create throws; the pool is unchanged in both cases.
   event_type Get(int device_id = -1) {
+    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Get");
     DeviceLists &lists = devices_[device];
     const std::uint32_t index = lists.events.value.pop(arena_);
@@ -95,6 +104,7 @@ class BasicEventPool {
   /// - std::bad_alloc if no node can be allocated.
   void Put(event_type &&event, int device_id = -1) {
     if (!event) throw std::invalid_argument("evpool: Put of an empty event");
+    forget_events_of_parent_process();
     DeviceLists &lists = devices_[device_for_put(event, device_id)];
     std::uint32_t index = lists.spare.value.pop(arena_);
     if (index == detail::kNilIndex) index = arena_.allocate();
@@ -105,19 +115,8 @@ class BasicEventPool {
   /// Destroys the events that are idle in the pool. Events Put concurrently with a Purge may stay.
   /// Thread-safe and lock-free; may run concurrently with Get, Put and other Purges. Never throws.
   void Purge() noexcept {
-    for (int device = 0; device < device_count_; ++device) {
-      DeviceLists &lists = devices_[device];
-      const std::uint32_t first = lists.events.value.pop_all();
-      if (first == detail::kNilIndex) continue;
-      std::uint32_t last = first;
-      for (std::uint32_t index = first; index != detail::kNilIndex;
-           index = arena_[index].next.load(std::memory_order_relaxed)) {
-        // The chain is ours alone since pop_all; relaxed reads of `next` are ordered by it.
-        backend_.destroy(arena_[index].handle);
-        last = index;
-      }
-      lists.spare.value.push_chain(first, last, arena_);
-    }
+    forget_events_of_parent_process();
+    drain_idle_events(/*destroy=*/true);
   }
 
   /// Number of devices, fixed at construction. Thread-safe, wait-free.
@@ -154,6 +153,28 @@ class BasicEventPool {
   static_assert(sizeof(DeviceLists) == 2 * detail::kFalseSharingRange,
                 "each head alone on its own 128 bytes");
 
+  // Moves every idle event's node to its device's spare list, destroying the event or, in a forked
+  // child whose events belong to the parent, only forgetting it.
+  void drain_idle_events(bool destroy) noexcept {
+    for (int device = 0; device < device_count_; ++device) {
+      DeviceLists &lists = devices_[device];
+      const std::uint32_t first = lists.events.value.pop_all();
+      if (first == detail::kNilIndex) continue;
+      std::uint32_t last = first;
+      for (std::uint32_t index = first; index != detail::kNilIndex;
+           index = arena_[index].next.load(std::memory_order_relaxed)) {
+        // The chain is ours alone since pop_all; relaxed reads of `next` are ordered by it.
+        if (destroy) backend_.destroy(arena_[index].handle);
+        last = index;
+      }
+      lists.spare.value.push_chain(first, last, arena_);
+    }
+  }
+
+  void forget_events_of_parent_process() noexcept {
+    fork_guard_.check([this] { drain_idle_events(/*destroy=*/false); });
+  }
+
   int resolve_device(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
     check_device(device, operation);
@@ -181,6 +202,7 @@ class BasicEventPool {
   Backend backend_;
   unsigned event_flags_;
   int device_count_ = 0;
+  detail::ForkGuard fork_guard_;
   Arena arena_;
   std::unique_ptr<DeviceLists[]> devices_;
 };

@@ -1,0 +1,89 @@
+// evpool: notices that the process is a fork() child, so that a pool forgets its parent's events.
+// Private to the library.
+//
+// Design rationale
+// ----------------
+// A fork() child inherits the pool's memory, but the parent's CUDA events mean nothing in the
+// child: handing one out fails, destroying one may touch the parent's driver state. So the first
+// pool operation in a child must forget (not destroy) every idle event.
+//
+// The process keeps a fork generation, bumped by a pthread_atfork child handler (src/fork_generation.cc).
+// Each pool remembers the generation its events belong to; the hot path compares the two words
+// with one relaxed load each (the process word is written only inside fork, the pool's only once
+// per fork), so it costs nothing measurable.
+//
+// Forgetting runs once per child, while other threads of the child may already call into the
+// pool: one thread becomes the cleaner with a compare-exchange and the others wait (yielding) until
+// it publishes the new generation. The state word records in which generation the cleaner started,
+//
+//    63                          32 31                           0
+//   +------------------------------+------------------------------+
+//   | generation the events are of | generation of the cleaner,   |
+//   |                              | or kNoCleaner                |
+//   +------------------------------+------------------------------+
+//
+// so that a child forked while its parent was cleaning (the cleaner thread does not exist in the
+// child) does not wait for it forever: a cleaner of another generation is not waited for.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+namespace evpool::detail {
+
+/// The process's fork generation: 0 in the original process, +1 in each fork() child.
+std::uint32_t fork_generation() noexcept;
+
+class ForkGuard {
+ public:
+  ForkGuard() noexcept : state_(pack(fork_generation(), kNoCleaner)) {}
+
+  /// Calls `forget()` exactly once in each forked child, before any caller of check() in that
+  /// child proceeds. Thread-safe; lock-free except for the wait while another thread forgets.
+  template <class Forget>
+  void check(Forget &&forget) noexcept {
+    // Acquire: once we see the current generation, we also see the forgetting that preceded it.
+    const std::uint64_t state = state_.load(std::memory_order_acquire);
+    if (owner_of(state) != fork_generation()) [[unlikely]]
+      forget_once(state, forget);
+  }
+
+ private:
+  static constexpr std::uint32_t kNoCleaner = 0xFFFF'FFFF;
+
+  static constexpr std::uint64_t pack(std::uint32_t owner, std::uint32_t cleaner) noexcept {
+    return std::uint64_t{owner} << 32 | cleaner;
+  }
+  static constexpr std::uint32_t owner_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state >> 32);
+  }
+  static constexpr std::uint32_t cleaner_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state);
+  }
+
+  template <class Forget>
+  void forget_once(std::uint64_t state, Forget &forget) noexcept {
+    const std::uint32_t now = fork_generation();
+    for (;;) {
+      if (owner_of(state) == now) return;
+      if (cleaner_of(state) != now) {
+        // Acquire on success: forget() reads the stacks that other threads of this child changed.
+        if (state_.compare_exchange_strong(state, pack(owner_of(state), now),
+                                           std::memory_order_acquire, std::memory_order_acquire)) {
+          forget();
+          // Release: waiters that see the new generation see the forgotten stacks.
+          state_.store(pack(now, kNoCleaner), std::memory_order_release);
+          return;
+        }
+        continue;  // `state` was reloaded by the failed compare-exchange
+      }
+      std::this_thread::yield();
+      state = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  std::atomic<std::uint64_t> state_;
+};
+
+}  // namespace evpool::detail
