@@ -78,7 +78,7 @@ class PoolConcurrency : public testing::TestWithParam<Scenario> {};
 
 TEST_P(PoolConcurrency, NoEventIsHeldTwiceLostOrOfTheWrongDevice) {
   const Scenario scenario = GetParam();
-  constexpr int kTotalOperations = 120'000;
+  constexpr int kTotalOperations = 400'000;
   constexpr std::size_t kMaxHeld = 6;
   const int operations = std::max(1000, kTotalOperations / scenario.threads);
 

@@ -21,9 +21,9 @@
 // Doubling keeps the chunk table small (26 pointers) while the first chunks stay small, so a pool
 // that holds a handful of events costs a few kilobytes.
 //
-// Growth is lock-free: an index is claimed with one fetch_add; the thread that finds its chunk
-// missing allocates it and installs it with a compare-exchange, and a thread that loses that race
-// frees its own copy (it was never published).
+// Growth is lock-free: the thread that finds the next index's chunk missing allocates it and
+// installs it with a compare-exchange (a thread that loses that race frees its own copy, which
+// was never published); then the index is claimed with a compare-exchange of the counter.
 #pragma once
 
 #include <bit>
@@ -63,17 +63,19 @@ class NodeArena {
 
   /// Returns the index of a fresh, value-initialised node. Thread-safe; lock-free apart from the
   /// allocation of a new chunk (operator new). Throws std::bad_alloc, or std::length_error once
-  /// all 2^32 - 64 indices are used; either way the arena is unchanged for every other caller.
+  /// all 2^32 - 64 indices are used; either way nothing was claimed and the arena is unchanged.
   std::uint32_t allocate() {
     // Relaxed: the counter only hands out distinct numbers; the node's memory is published by
-    // the chunk pointer below, and the node's contents by the stack that later carries the index.
-    const std::uint32_t index = next_unused_.fetch_add(1, std::memory_order_relaxed);
-    if (index >= kCapacity) {
-      next_unused_.fetch_sub(1, std::memory_order_relaxed);
-      throw std::length_error("evpool: the node arena is full (2^32 - 64 nodes)");
+    // the chunk pointer, and the node's contents by the stack that later carries the index.
+    std::uint32_t index = next_unused_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (index >= kCapacity) throw std::length_error("evpool: the node arena is full (2^32 - 64 nodes)");
+      // The chunk exists before the index is claimed, so a failed allocation claims nothing.
+      ensure_chunk(chunk_of(index));
+      if (next_unused_.compare_exchange_weak(index, index + 1, std::memory_order_relaxed,
+                                             std::memory_order_relaxed))
+        return index;
     }
-    ensure_chunk(chunk_of(index));
-    return index;
   }
 
   /// The node at `index`, which must have come from allocate(). Thread-safe, wait-free.
