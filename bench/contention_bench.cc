@@ -32,7 +32,7 @@
 #include "baseline/boost_event_pool.h"
 #include "baseline/mutex_event_pool.h"
 #include "baseline/spinlock_event_pool.h"
-#include "counting_backend.h"
+#include "testing/counting_backend.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
 #include "evpool/host_backend.h"
@@ -41,6 +41,8 @@
 
 namespace evpool::bench {
 namespace {
+
+using testing_support::CountingBackend;
 
 // ---- Variants: one interface, Get(thread, device) and Put(thread, event, device) ----------------
 

@@ -1,0 +1,252 @@
+// GPU soak: many threads run every workload against one pool of real CUDA events for a given time,
+// with the invariants checked throughout. Usage: evpool_gpu_soak [--seconds N] [--threads N]
+//
+// Roles, by thread index modulo 5 (devices assigned round-robin over every visible GPU):
+//   pair      Get, record on stream A, Put
+//   burst     Get 8, record each on A and make B wait on it, Put all 8
+//   producer  Get, record on A, hand to the next thread          } handoff
+//   consumer  make B wait on the handed event, Put it with -1    }
+//   verify    write a value on A, record, make B wait, copy the value back on B and compare
+// Thread 0 also purges the pool every 1,000 operations.
+// Checked: no event is held by two holders at once, every CUDA call succeeds (recording an event of
+// the wrong device fails), every copy on B sees the value written on A before the record, and
+// none is lost: once everything is returned and purged, created = destroyed.
+// Exit status: 0 clean, 1 a violation, 77 no GPU.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/cuda_backend.h"
+#include "testing/counting_backend.h"
+
+namespace {
+
+using Backend = evpool::testing_support::CountingBackend<evpool::CUDABackend>;
+using Pool = evpool::BasicEventPool<Backend>;
+using evpool::CUDAEvent;
+
+class HolderLedger {
+ public:
+  bool take(cudaEvent_t event) {
+    Shard &shard = shard_of(event);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    return shard.held.insert(event).second;
+  }
+  bool give_back(cudaEvent_t event) {
+    Shard &shard = shard_of(event);
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    return shard.held.erase(event) == 1;
+  }
+
+ private:
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_set<cudaEvent_t> held;
+  };
+  Shard &shard_of(cudaEvent_t event) {
+    return shards_[(reinterpret_cast<std::uintptr_t>(event) >> 4) % kShards];
+  }
+  static constexpr std::size_t kShards = 64;
+  Shard shards_[kShards];
+};
+
+struct Violations {
+  std::atomic<std::uint64_t> held_twice{0}, returned_unheld{0}, cuda_errors{0}, wrong_values{0};
+  std::atomic<std::uint64_t> first_cuda_error{0};
+};
+
+struct Handoff {
+  std::mutex mutex;
+  std::deque<CUDAEvent> events;
+  bool producer_done = false;  // guarded by mutex
+};
+
+enum Role { kPair, kBurst, kProducer, kConsumer, kVerify };
+const char *const kRoleNames[] = {"pair", "burst", "producer", "consumer", "verify"};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  int seconds = 300, threads = 16;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gpu soak skipped: no GPU (%s)\n", cudaGetErrorString(cudaGetLastError()));
+    return 77;
+  }
+
+  Backend backend;
+  Pool pool(backend);
+  HolderLedger ledger;
+  Violations violations;
+  std::vector<Handoff> handoffs(static_cast<std::size_t>(threads));
+  std::vector<std::atomic<std::uint64_t>> operations(5);
+  std::atomic<bool> stop{false};
+
+  auto check = [&](cudaError_t error) {
+    if (error != cudaSuccess) {
+      violations.cuda_errors.fetch_add(1);
+      std::uint64_t none = 0;
+      violations.first_cuda_error.compare_exchange_strong(none, static_cast<std::uint64_t>(error));
+    }
+  };
+  auto take = [&](CUDAEvent &event) {
+    if (!ledger.take(event.get())) violations.held_twice.fetch_add(1);
+  };
+  auto put = [&](CUDAEvent &&event, int device) {
+    if (!ledger.give_back(event.get())) violations.returned_unheld.fetch_add(1);
+    pool.Put(std::move(event), device);
+  };
+
+  auto worker = [&](int t) {
+    const int device = t % devices;
+    Role role = static_cast<Role>(t % 5);
+    if (role == kProducer && t + 1 == threads) role = kPair;  // no consumer after it
+    check(cudaSetDevice(device));
+    cudaStream_t a = nullptr, b = nullptr;
+    check(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    check(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    std::uint32_t *buffer = nullptr, *host = nullptr;
+    check(cudaMalloc(reinterpret_cast<void **>(&buffer), 1 << 20));
+    check(cudaMallocHost(reinterpret_cast<void **>(&host), sizeof(std::uint32_t)));
+    check(cudaSetDevice((device + 1) % devices));  // Get must not depend on the current device
+
+    std::uint64_t count = 0;
+    auto drain = [&] {
+      check(cudaStreamSynchronize(a));
+      check(cudaStreamSynchronize(b));
+    };
+    // A consumer runs on after the stop until its producer is done and the hand-off is empty.
+    bool consumer_done = false;
+    while (role == kConsumer ? !consumer_done : !stop.load(std::memory_order_relaxed)) {
+      switch (role) {
+        case kPair: {
+          CUDAEvent event = pool.Get(device);
+          take(event);
+          check(cudaEventRecord(event, a));
+          put(std::move(event), device);
+          break;
+        }
+        case kBurst: {
+          CUDAEvent events[8];
+          for (CUDAEvent &event : events) {
+            event = pool.Get(device);
+            take(event);
+            check(cudaEventRecord(event, a));
+            check(cudaStreamWaitEvent(b, event, 0));
+          }
+          for (CUDAEvent &event : events) put(std::move(event), -1);
+          break;
+        }
+        case kProducer: {
+          Handoff &handoff = handoffs[static_cast<std::size_t>(t)];
+          {
+            std::lock_guard<std::mutex> lock(handoff.mutex);
+            if (handoff.events.size() >= 64) {  // bound what is in flight
+              std::this_thread::yield();
+              continue;
+            }
+          }
+          CUDAEvent event = pool.Get(device);
+          take(event);
+          check(cudaEventRecord(event, a));
+          std::lock_guard<std::mutex> lock(handoff.mutex);
+          handoff.events.push_back(std::move(event));
+          break;
+        }
+        case kConsumer: {
+          Handoff &handoff = handoffs[static_cast<std::size_t>(t - 1)];
+          CUDAEvent event;
+          {
+            std::lock_guard<std::mutex> lock(handoff.mutex);
+            if (!handoff.events.empty()) {
+              event = std::move(handoff.events.front());
+              handoff.events.pop_front();
+            } else {
+              consumer_done = handoff.producer_done;
+            }
+          }
+          if (!event) {
+            std::this_thread::yield();
+            continue;
+          }
+          check(cudaStreamWaitEvent(b, event, 0));
+          put(std::move(event), -1);
+          break;
+        }
+        case kVerify: {
+          CUDAEvent event = pool.Get(device);
+          take(event);
+          const int byte = static_cast<int>((count * 7 + static_cast<std::uint64_t>(t)) & 0x7F);
+          check(cudaMemsetAsync(buffer, byte, 1 << 20, a));
+          check(cudaEventRecord(event, a));
+          check(cudaStreamWaitEvent(b, event, 0));
+          check(cudaMemcpyAsync(host, buffer + (1 << 18) - 1, sizeof(std::uint32_t), cudaMemcpyDeviceToHost, b));
+          put(std::move(event), device);
+          check(cudaStreamSynchronize(b));
+          if (*host != 0x01010101u * static_cast<std::uint32_t>(byte)) violations.wrong_values.fetch_add(1);
+          break;
+        }
+      }
+      if (++count % 1024 == 0) drain();
+      if (t == 0 && count % 1000 == 0) pool.Purge();
+    }
+    if (role == kProducer) {
+      Handoff &handoff = handoffs[static_cast<std::size_t>(t)];
+      std::lock_guard<std::mutex> lock(handoff.mutex);
+      handoff.producer_done = true;
+    }
+    drain();
+    operations[static_cast<std::size_t>(role)].fetch_add(count);
+    check(cudaStreamDestroy(a));
+    check(cudaStreamDestroy(b));
+    check(cudaFree(buffer));
+    check(cudaFreeHost(host));
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool_threads;
+  for (int t = 0; t < threads; ++t) pool_threads.emplace_back(worker, t);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop.store(true);
+  for (std::thread &thread : pool_threads) thread.join();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  pool.Purge();
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+  std::uint64_t total = 0;
+  std::printf("gpu soak: %.1f s, %d threads, %d device(s)\n", elapsed, threads, devices);
+  for (int role = 0; role < 5; ++role) {
+    std::printf("  %-8s %12llu operations\n", kRoleNames[role],
+                static_cast<unsigned long long>(operations[static_cast<std::size_t>(role)].load()));
+    total += operations[static_cast<std::size_t>(role)].load();
+  }
+  std::printf("  total    %12llu operations (%.2f M/s)\n", static_cast<unsigned long long>(total), total / elapsed / 1e6);
+  std::printf("  events created %llu, destroyed by the pool %llu, peak idle nodes %zu\n",
+              static_cast<unsigned long long>(created), static_cast<unsigned long long>(destroyed), pool.node_count());
+  std::printf("  held twice %llu, returned unheld %llu, CUDA errors %llu (first: %s), wrong values %llu\n",
+              static_cast<unsigned long long>(violations.held_twice.load()),
+              static_cast<unsigned long long>(violations.returned_unheld.load()),
+              static_cast<unsigned long long>(violations.cuda_errors.load()),
+              cudaGetErrorName(static_cast<cudaError_t>(violations.first_cuda_error.load())),
+              static_cast<unsigned long long>(violations.wrong_values.load()));
+  const bool clean = violations.held_twice == 0 && violations.returned_unheld == 0 &&
+                     violations.cuda_errors == 0 && violations.wrong_values == 0 && created == destroyed;
+  std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed)" : "FAILED");
+  return clean ? 0 : 1;
+}
