@@ -76,30 +76,43 @@ def write_csv(table, path):
                                      "" if created is None else int(created)])
 
 
+def _si(value, _position=None):
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
 def plot(table, context, out_dir):
     """One PNG per backend and workload; returns their paths (none if matplotlib is missing)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401  (used through matplotlib.ticker)
     except ImportError:
         print("(matplotlib is not installed: no plots; tools/ensure-deps --bench installs it)")
         return []
     paths = []
     machine = f"{context.get('num_cpus', '?')} CPUs, GPUs: {context.get('gpus', '?')}"
     for (backend, workload), by_variant in sorted(table.items()):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(8, 4.5))
         for variant in _ordered(by_variant):
             points = sorted(by_variant[variant].items())
             style = dict(linewidth=2.5, marker="o") if variant == "evpool" else dict(linewidth=1.2, marker=".")
             ax.plot([t for t, _ in points], [p[0] for t, p in points], label=variant, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        threads = sorted({t for points in by_variant.values() for t in points})
+        ax.set_xticks(threads)
+        ax.set_xticklabels([str(t) for t in threads])
+        ax.minorticks_off()
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(_si))
         ax.set_xlabel("threads")
         ax.set_ylabel("Get+Put pairs per second (all threads)")
         ax.set_title(f"{backend} backend, {workload} workload\n{machine}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         path = pathlib.Path(out_dir) / f"{backend}-{workload}.png"
         fig.savefig(path, dpi=110)
