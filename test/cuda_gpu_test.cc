@@ -13,6 +13,7 @@
 #include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
+#include "evpool/stream_wait.h"
 
 namespace evpool {
 namespace {
@@ -223,6 +224,113 @@ TEST(CUDAEventPoolOnGpu, ManyThreadsOnEveryDeviceOrderStreamsThroughPooledEvents
   EXPECT_EQ(held_twice.load(), 0);
   EXPECT_EQ(wrong_values.load(), 0);
   pool.Purge();
+}
+
+TEST(CUDAEventPoolOnGpu, InstanceForOtherFlagsGivesProcessWidePoolsOfThoseFlags) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAEventPool &timing = CUDAEventPool::instance_for(cudaEventDefault);
+  EXPECT_EQ(&timing, &CUDAEventPool::instance_for(cudaEventDefault));
+  EXPECT_NE(&timing, &CUDAEventPool::instance());
+  EXPECT_EQ(&CUDAEventPool::instance(), &CUDAEventPool::instance_for(cudaEventDisableTiming));
+  EXPECT_EQ(timing.event_flags(), static_cast<unsigned>(cudaEventDefault));
+  CUDAEvent start = timing.Get(0), stop = timing.Get(0);
+  ASSERT_CUDA(cudaEventRecord(start, 0));
+  ASSERT_CUDA(cudaEventRecord(stop, 0));
+  ASSERT_CUDA(cudaEventSynchronize(stop));
+  float ms = -1;
+  EXPECT_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  timing.Put(std::move(start));
+  timing.Put(std::move(stop));
+  EXPECT_THROW(CUDAEventPool::instance_for(cudaEventInterprocess), std::invalid_argument);
+}
+
+TEST(CUDAEventPoolOnGpu, LeasesRecordAndReturnRealEvents) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAEventPool pool;
+  cudaEvent_t handle = nullptr;
+  {
+    auto lease = pool.Lease(0);
+    handle = lease.get();
+    ASSERT_CUDA(cudaEventRecord(lease, 0));
+    auto shared = pool.LeaseShared(0);
+    auto copy = shared;
+    ASSERT_CUDA(cudaEventRecord(copy, 0));
+    ASSERT_CUDA(cudaEventSynchronize(shared));
+  }
+  EXPECT_EQ(pool.Get(0).get(), handle) << "the unique lease, destroyed last, put its event on top";
+  pool.Reserve(0, 4);
+  pool.Trim(1);
+}
+
+// wait(): the consumer sees what the producer wrote before the call, whatever the stream handles.
+class StreamWaitOnGpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    EVPOOL_REQUIRE_GPU();
+    ASSERT_CUDA(cudaSetDevice(0));
+    ASSERT_CUDA(cudaMalloc(reinterpret_cast<void **>(&buffer_), kBytes));
+    ASSERT_CUDA(cudaMallocHost(reinterpret_cast<void **>(&host_), sizeof(std::uint32_t)));
+  }
+  void TearDown() override {
+    if (buffer_) cudaFree(buffer_);
+    if (host_) cudaFreeHost(host_);
+  }
+
+  // Writes `byte` on producer, waits through evpool::wait, copies back on consumer.
+  bool ordered(cudaStream_t consumer, cudaStream_t producer, int byte) {
+    EXPECT_CUDA(cudaMemsetAsync(buffer_, byte, kBytes, producer));
+    evpool::wait(consumer, producer);
+    EXPECT_CUDA(cudaMemcpyAsync(host_, buffer_ + kBytes / 4 - 1, sizeof(std::uint32_t),
+                                cudaMemcpyDeviceToHost, consumer));
+    EXPECT_CUDA(cudaStreamSynchronize(consumer));
+    return *host_ == 0x01010101u * static_cast<std::uint32_t>(byte);
+  }
+
+  static constexpr std::size_t kBytes = 64 << 20;
+  std::uint32_t *buffer_ = nullptr;
+  std::uint32_t *host_ = nullptr;
+};
+
+TEST_F(StreamWaitOnGpu, OrdersTwoStreamsAndRestoresTheCurrentDevice) {
+  cudaStream_t producer, consumer;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+  for (int byte = 1; byte < 40; ++byte) EXPECT_TRUE(ordered(consumer, producer, byte)) << byte;
+  EXPECT_EQ(current_device(), 0);
+  EXPECT_CUDA(cudaStreamDestroy(producer));
+  EXPECT_CUDA(cudaStreamDestroy(consumer));
+}
+
+TEST_F(StreamWaitOnGpu, UnderstandsTheSpecialHandles) {
+  cudaStream_t stream;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  EXPECT_TRUE(ordered(stream, cudaStreamPerThread, 3));
+  EXPECT_TRUE(ordered(cudaStreamPerThread, stream, 4));
+  EXPECT_TRUE(ordered(stream, cudaStreamLegacy, 5));
+  EXPECT_TRUE(ordered(cudaStreamLegacy, stream, 6));
+  EXPECT_TRUE(ordered(stream, nullptr, 7));
+  EXPECT_TRUE(ordered(nullptr, stream, 8));
+  EXPECT_EQ(current_device(), 0);
+  EXPECT_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST_F(StreamWaitOnGpu, CrossesDevicesAndRestoresTheCallersDevice) {
+  const int devices = device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two GPUs; this machine has " << devices;
+  cudaStream_t producer, consumer;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));  // on device 0
+  ASSERT_CUDA(cudaSetDevice(1));
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));  // on device 1
+  ASSERT_CUDA(cudaMemsetAsync(buffer_, 9, kBytes, producer));
+  evpool::wait(consumer, producer);
+  EXPECT_EQ(current_device(), 1);
+  ASSERT_CUDA(cudaMemcpyAsync(host_, buffer_ + kBytes / 4 - 1, sizeof(std::uint32_t),
+                              cudaMemcpyDeviceToHost, consumer));
+  ASSERT_CUDA(cudaStreamSynchronize(consumer));
+  EXPECT_EQ(*host_, 0x09090909u);
+  EXPECT_CUDA(cudaStreamDestroy(consumer));
+  ASSERT_CUDA(cudaSetDevice(0));
+  EXPECT_CUDA(cudaStreamDestroy(producer));
 }
 
 }  // namespace

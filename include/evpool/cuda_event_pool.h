@@ -1,14 +1,15 @@
 // evpool: CUDAEventPool, a drop-in replacement for DALI's dali::CUDAEventPool.
 //
-// Same signature as DALI's, so that code written for it compiles unchanged once the namespace is
-// evpool; underneath is BasicEventPool over CUDABackend (lock-free, one stack per device). One
+// Same signature as DALI's (constructor, Get, Put, Purge, instance()), so that code written for it
+// compiles unchanged once the namespace is evpool; underneath is BasicEventPool over CUDABackend
+// (lock-free, one stack per device), with its extras: Reserve, Trim, an idle limit, leases. One
 // deliberate difference: Put with device -1 files the event under the device it was created on,
 // not under the current device.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <utility>
+#include <cstddef>
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
@@ -16,26 +17,14 @@
 
 namespace evpool {
 
-extern template class BasicEventPool<CUDABackend>;
-
-class CUDAEventPool {
+class CUDAEventPool : public BasicEventPool<CUDABackend> {
  public:
-  /// An empty pool for every visible device. Throws CUDAError where CUDA has no driver or no
-  /// device, and std::invalid_argument for flags CUDA would reject.
-  explicit CUDAEventPool(unsigned event_flags = cudaEventDisableTiming)
-      : pool_(CUDABackend{}, event_flags) {}
-
-  /// An idle event of `device_id` (-1: the current device), created if none is idle.
-  /// Thread-safe; lock-free on a hit. See BasicEventPool::Get for the errors.
-  CUDAEvent Get(int device_id = -1) { return pool_.Get(device_id); }
-
-  /// Returns `event`, filed under `device_id` or, with -1, under the event's own device.
-  /// Thread-safe; lock-free when a spare node exists. On any error the caller keeps the event.
-  /// See BasicEventPool::Put.
-  void Put(CUDAEvent &&event, int device_id = -1) { pool_.Put(std::move(event), device_id); }
-
-  /// Destroys the idle events. Thread-safe, lock-free, never throws.
-  void Purge() { pool_.Purge(); }
+  /// An empty pool for every visible device, creating events with `event_flags` and keeping at
+  /// most `max_idle_per_device` idle events per device. Throws CUDAError where CUDA has no driver
+  /// or no device, and std::invalid_argument for flags CUDA would reject or a limit of 0.
+  explicit CUDAEventPool(unsigned event_flags = cudaEventDisableTiming,
+                         std::size_t max_idle_per_device = kUnlimitedIdle)
+      : BasicEventPool(CUDABackend{}, event_flags, max_idle_per_device) {}
 
   /// The process-wide pool of cudaEventDisableTiming events, created on first use (thread-safe).
   /// It is never destroyed: threads may still use it while the process exits, and the driver
@@ -43,10 +32,11 @@ class CUDAEventPool {
   /// Throws CUDAError where CUDA has no driver or no device; a later call tries again.
   static CUDAEventPool &instance();
 
-  int device_count() const noexcept { return pool_.device_count(); }
-
- private:
-  BasicEventPool<CUDABackend> pool_;
+  /// The process-wide pool of events with `event_flags` (for example cudaEventDefault for timing
+  /// events, or cudaEventBlockingSync), created on first use; instance() is
+  /// instance_for(cudaEventDisableTiming). Thread-safe; never destroyed. Throws
+  /// std::invalid_argument for flags CUDA would reject, and CUDAError as instance() does.
+  static CUDAEventPool &instance_for(unsigned event_flags);
 };
 
 }  // namespace evpool

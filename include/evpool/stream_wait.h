@@ -1,0 +1,22 @@
+// evpool: wait(consumer, producer), the cross-stream dependency every scheduler step runs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "evpool/cuda_event_pool.h"
+
+namespace evpool {
+
+/// Makes `consumer` wait for all work enqueued on `producer` so far, without blocking the host:
+/// gets an event of the producer's device from `pool`, records it on `producer`, makes `consumer`
+/// wait on it and returns it to the pool. The streams may belong to different devices. The special
+/// handles are understood as CUDA defines them, relative to the caller's current device: 0 and
+/// cudaStreamLegacy (the legacy default stream) and cudaStreamPerThread. The caller's current
+/// device is the same on return, also when an error is thrown.
+/// Thread-safe. Throws CUDAError when a CUDA call fails (the event still returns to the pool).
+void wait(cudaStream_t consumer, cudaStream_t producer, CUDAEventPool &pool);
+
+/// wait(consumer, producer, CUDAEventPool::instance()).
+void wait(cudaStream_t consumer, cudaStream_t producer);
+
+}  // namespace evpool
