@@ -4,12 +4,13 @@
 #include <cuda_runtime_api.h>
 
 #include "evpool/cuda_event.h"
+#include "evpool/export.h"
 
 namespace evpool {
 
 /// Creates and destroys CUDA events through the CUDA runtime. Stateless; every copy is the same.
 /// Every member is thread-safe (the CUDA runtime is).
-struct CUDABackend {
+struct EVPOOL_API CUDABackend {
   using handle_type = cudaEvent_t;
   using event_type = CUDAEvent;
   static constexpr unsigned kDefaultFlags = cudaEventDisableTiming;

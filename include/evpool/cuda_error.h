@@ -5,12 +5,14 @@
 
 #include <stdexcept>
 
+#include "evpool/export.h"
+
 namespace evpool {
 
 /// A failed CUDA runtime call. `what()` names the call and CUDA's own description of the error,
 /// for example "evpool: cudaGetDeviceCount failed: CUDA driver version is insufficient for CUDA
 /// runtime version (cudaErrorInsufficientDriver, 35)".
-class CUDAError : public std::runtime_error {
+class EVPOOL_API CUDAError : public std::runtime_error {
  public:
   CUDAError(cudaError_t error, const char *call);
 

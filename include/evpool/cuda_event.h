@@ -8,9 +8,11 @@
 
 #include <utility>
 
+#include "evpool/export.h"
+
 namespace evpool {
 
-class CUDAEvent {
+class EVPOOL_API CUDAEvent {
  public:
   /// An empty event.
   CUDAEvent() noexcept = default;

@@ -14,10 +14,11 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
 #include "evpool/cuda_event.h"
+#include "evpool/export.h"
 
 namespace evpool {
 
-class CUDAEventPool : public BasicEventPool<CUDABackend> {
+class EVPOOL_API CUDAEventPool : public BasicEventPool<CUDABackend> {
  public:
   /// An empty pool for every visible device, creating events with `event_flags` and keeping at
   /// most `max_idle_per_device` idle events per device. Throws CUDAError where CUDA has no driver

@@ -23,15 +23,17 @@
 #include <stdexcept>
 #include <utility>
 
+#include "evpool/export.h"
+
 namespace evpool {
 
 /// What a HostBackend create throws when a fault was injected for it.
-class HostBackendFault : public std::runtime_error {
+class EVPOOL_API HostBackendFault : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-class HostBackend {
+class EVPOOL_API HostBackend {
   struct State;
 
  public:

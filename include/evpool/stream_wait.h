@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "evpool/cuda_event_pool.h"
+#include "evpool/export.h"
 
 namespace evpool {
 
@@ -14,9 +15,9 @@ namespace evpool {
 /// cudaStreamLegacy (the legacy default stream) and cudaStreamPerThread. The caller's current
 /// device is the same on return, also when an error is thrown.
 /// Thread-safe. Throws CUDAError when a CUDA call fails (the event still returns to the pool).
-void wait(cudaStream_t consumer, cudaStream_t producer, CUDAEventPool &pool);
+EVPOOL_API void wait(cudaStream_t consumer, cudaStream_t producer, CUDAEventPool &pool);
 
 /// wait(consumer, producer, CUDAEventPool::instance()).
-void wait(cudaStream_t consumer, cudaStream_t producer);
+EVPOOL_API void wait(cudaStream_t consumer, cudaStream_t producer);
 
 }  // namespace evpool

@@ -30,10 +30,12 @@
 #include <cstdint>
 #include <thread>
 
+#include "evpool/export.h"
+
 namespace evpool::detail {
 
 /// The process's fork generation: 0 in the original process, +1 in each fork() child.
-std::uint32_t fork_generation() noexcept;
+EVPOOL_API std::uint32_t fork_generation() noexcept;
 
 class ForkGuard {
  public:
