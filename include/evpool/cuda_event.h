@@ -12,6 +12,9 @@
 
 namespace evpool {
 
+/// Thread-safety: like any value, one object must not be used by two threads at once without
+/// synchronisation; distinct objects are independent. Every member except Create, CreateWithFlags,
+/// reset and the destructor (which call CUDA) is wait-free.
 class EVPOOL_API CUDAEvent {
  public:
   /// An empty event.

@@ -33,6 +33,8 @@ class EVPOOL_API HostBackendFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thread-safety: every member may be called from any number of threads (counters are atomic),
+/// except inject_create_fault, which must not run concurrently with create. Copies share one state.
 class EVPOOL_API HostBackend {
   struct State;
 
