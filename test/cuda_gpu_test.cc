@@ -23,6 +23,24 @@ namespace {
 
 int device_count() { return testing_support::cuda_availability().devices; }
 
+// Times an empty interval on device 0's legacy stream with two timing events.
+void expect_interval_measured(cudaEvent_t start, cudaEvent_t stop) {
+  ASSERT_CUDA(cudaEventRecord(start, 0));
+  ASSERT_CUDA(cudaEventRecord(stop, 0));
+  ASSERT_CUDA(cudaEventSynchronize(stop));
+  float ms = -1;
+  EXPECT_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  EXPECT_GE(ms, 0.0f);
+}
+
+// Gets two events from `pool`, times an empty interval with them and puts them back.
+void expect_events_measure_time(CUDAEventPool &pool) {
+  CUDAEvent start = pool.Get(0), stop = pool.Get(0);
+  expect_interval_measured(start, stop);
+  pool.Put(std::move(start));
+  pool.Put(std::move(stop));
+}
+
 int current_device() {
   int device = -1;
   EXPECT_CUDA(cudaGetDevice(&device));
@@ -54,12 +72,7 @@ TEST(CUDAEventOnGpu, TimingEventsMeasureElapsedTime) {
   EVPOOL_REQUIRE_GPU();
   CUDAEvent start = CUDAEvent::CreateWithFlags(cudaEventDefault);
   CUDAEvent stop = CUDAEvent::CreateWithFlags(cudaEventDefault);
-  ASSERT_CUDA(cudaEventRecord(start, 0));
-  ASSERT_CUDA(cudaEventRecord(stop, 0));
-  ASSERT_CUDA(cudaEventSynchronize(stop));
-  float ms = -1;
-  EXPECT_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  EXPECT_GE(ms, 0.0f);
+  expect_interval_measured(start, stop);
 }
 
 TEST(CUDAEventOnGpu, ResetDestroysTheOldHandle) {
@@ -145,14 +158,7 @@ TEST(CUDAEventPoolOnGpu, BadDeviceOrdinalsAreRejectedAndTheCallerKeepsItsEvent) 
 TEST(CUDAEventPoolOnGpu, TimingPoolHandsOutEventsThatMeasureTime) {
   EVPOOL_REQUIRE_GPU();
   CUDAEventPool timing(cudaEventDefault);
-  CUDAEvent start = timing.Get(0), stop = timing.Get(0);
-  ASSERT_CUDA(cudaEventRecord(start, 0));
-  ASSERT_CUDA(cudaEventRecord(stop, 0));
-  ASSERT_CUDA(cudaEventSynchronize(stop));
-  float ms = -1;
-  EXPECT_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  timing.Put(std::move(start));
-  timing.Put(std::move(stop));
+  expect_events_measure_time(timing);
   timing.Purge();
 }
 
@@ -233,14 +239,7 @@ TEST(CUDAEventPoolOnGpu, InstanceForOtherFlagsGivesProcessWidePoolsOfThoseFlags)
   EXPECT_NE(&timing, &CUDAEventPool::instance());
   EXPECT_EQ(&CUDAEventPool::instance(), &CUDAEventPool::instance_for(cudaEventDisableTiming));
   EXPECT_EQ(timing.event_flags(), static_cast<unsigned>(cudaEventDefault));
-  CUDAEvent start = timing.Get(0), stop = timing.Get(0);
-  ASSERT_CUDA(cudaEventRecord(start, 0));
-  ASSERT_CUDA(cudaEventRecord(stop, 0));
-  ASSERT_CUDA(cudaEventSynchronize(stop));
-  float ms = -1;
-  EXPECT_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  timing.Put(std::move(start));
-  timing.Put(std::move(stop));
+  expect_events_measure_time(timing);
   EXPECT_THROW(CUDAEventPool::instance_for(cudaEventInterprocess), std::invalid_argument);
 }
 
