@@ -4,9 +4,10 @@
 // Get(d) returns an event of device d.
 //
 // Bounds explored (the test prints the number of schedules it ran):
-// - exhaustive, preemption bound 2: 2 threads x 3 operations, 1 device; 2 threads x 3 operations
+// - exhaustive, preemption bound 3: 2 threads x 3 operations, 1 device; 2 threads x 3 operations
 //   with a Purge, 2 devices;
-// - exhaustive, preemption bound 1: 3 threads x 2 operations, 1 device;
+// - exhaustive, preemption bound 2: 3 threads x 2 operations, 1 device; 2 threads x 3 operations
+//   with a Trim that keeps one event, 1 device;
 // - 4,000 seeded random schedules: 3 threads x 4 operations with Purges, 2 devices.
 // A 1-bit tag must fail these checks in the ABA scenario below; the production 32-bit tag must not.
 #include <gtest/gtest.h>
@@ -41,7 +42,7 @@ struct DeterministicPolicy {
 
 // One operation of a thread's script.
 struct Op {
-  enum Kind { kGet, kPutOldest, kPurge } kind;
+  enum Kind { kGet, kPutOldest, kPurge, kTrimToOne } kind;
   int device = 0;
 };
 
@@ -90,6 +91,8 @@ void run_one_schedule(const Scenario &scenario, Strategy &strategy, Violations &
           pool.Put(std::move(event));
         } else if (op.kind == Op::kPurge) {
           pool.Purge();
+        } else if (op.kind == Op::kTrimToOne) {
+          pool.Trim(1);
         }
       }
     });
@@ -139,20 +142,26 @@ void expect_none(const Violations &v) {
 constexpr Op Get(int device = 0) { return {Op::kGet, device}; }
 constexpr Op Put() { return {Op::kPutOldest, 0}; }
 constexpr Op Purge() { return {Op::kPurge, 0}; }
+constexpr Op TrimToOne() { return {Op::kTrimToOne, 0}; }
 
 TEST(Interleavings, TwoThreadsOnOneDevice) {
   const Scenario scenario{1, {0}, {{Get(), Put(), Get()}, {Get(), Put(), Get()}}};
-  expect_none(explore_exhaustively<32>(scenario, 2, "2 threads x 3 ops, 1 device"));
+  expect_none(explore_exhaustively<32>(scenario, 3, "2 threads x 3 ops, 1 device"));
 }
 
 TEST(Interleavings, TwoThreadsOnTwoDevicesWithPurge) {
   const Scenario scenario{2, {0, 1}, {{Get(0), Put(), Get(1)}, {Get(1), Purge(), Put()}}};
-  expect_none(explore_exhaustively<32>(scenario, 2, "2 threads x 3 ops with Purge, 2 devices"));
+  expect_none(explore_exhaustively<32>(scenario, 3, "2 threads x 3 ops with Purge, 2 devices"));
+}
+
+TEST(Interleavings, TwoThreadsWithATrimThatKeepsSome) {
+  const Scenario scenario{1, {0, 0, 0}, {{Get(), Put(), Get()}, {TrimToOne(), Get(), Put()}}};
+  expect_none(explore_exhaustively<32>(scenario, 2, "2 threads x 3 ops with Trim(1), 1 device"));
 }
 
 TEST(Interleavings, ThreeThreadsOnOneDevice) {
   const Scenario scenario{1, {0, 0}, {{Get(), Put()}, {Get(), Put()}, {Get(), Put()}}};
-  expect_none(explore_exhaustively<32>(scenario, 1, "3 threads x 2 ops, 1 device"));
+  expect_none(explore_exhaustively<32>(scenario, 2, "3 threads x 2 ops, 1 device"));
 }
 
 TEST(Interleavings, ThreeThreadsRandomSample) {
