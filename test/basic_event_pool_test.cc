@@ -24,7 +24,7 @@ class BasicEventPoolTest : public testing::Test {
 
   // Expects `call` to throw E with a message containing each of `fragments`.
   template <class E, class Call>
-  static void expect_error(Call call, std::vector<std::string> fragments) {
+  static void expect_error(Call call, const std::vector<std::string> &fragments) {
     try {
       call();
       ADD_FAILURE() << "no exception";
