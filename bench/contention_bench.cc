@@ -46,20 +46,31 @@ using testing_support::CountingBackend;
 
 // ---- Variants: one interface, Get(thread, device) and Put(thread, event, device) ----------------
 
-// A pool shared by all threads; `Pool` is one of the pool templates over a backend.
-template <template <class> class Pool, class Backend>
-class SharedPool {
+// What every variant has: the counting backend its pool (or stacks) creates through, whose copies
+// share one counter (and a host backend's state), and the means to re-own a handed-off handle.
+template <class Backend>
+class CountedVariant {
  public:
   using event_type = typename Backend::event_type;
-  SharedPool(CountingBackend<Backend> backend, int /*threads*/)
-      : backend_(backend), pool_(backend, Backend::kDefaultFlags) {}
-  event_type Get(int /*thread*/, int device) { return pool_.Get(device); }
-  void Put(int /*thread*/, event_type &&event, int device) { pool_.Put(std::move(event), device); }
   std::uint64_t created() const { return backend_.created(); }
   event_type adopt(typename Backend::handle_type handle, int device) { return backend_.adopt(handle, device); }
 
+ protected:
+  explicit CountedVariant(CountingBackend<Backend> backend) : backend_(std::move(backend)) {}
+  CountingBackend<Backend> backend_;
+};
+
+// A pool shared by all threads; `Pool` is one of the pool templates over a backend.
+template <template <class> class Pool, class Backend>
+class SharedPool : public CountedVariant<Backend> {
+ public:
+  using typename CountedVariant<Backend>::event_type;
+  SharedPool(CountingBackend<Backend> backend, int /*threads*/)
+      : CountedVariant<Backend>(backend), pool_(backend, Backend::kDefaultFlags) {}
+  event_type Get(int /*thread*/, int device) { return pool_.Get(device); }
+  void Put(int /*thread*/, event_type &&event, int device) { pool_.Put(std::move(event), device); }
+
  private:
-  CountingBackend<Backend> backend_;  // shares its counter (and a host backend's state) with the pool's copy
   Pool<CountingBackend<Backend>> pool_;
 };
 
@@ -72,36 +83,28 @@ template <class B> using SharedMutex = SharedPool<baseline::MutexEventPool, B>;
 template <class B> using SharedBoost = SharedPool<baseline::BoostLockfreeEventPool, B>;
 
 template <class Backend>
-class PrivateStacks {
+class PrivateStacks : public CountedVariant<Backend> {
  public:
-  using event_type = typename Backend::event_type;
+  using typename CountedVariant<Backend>::event_type;
   PrivateStacks(CountingBackend<Backend> backend, int threads)
-      : backend_(backend), stacks_(backend, Backend::kDefaultFlags, threads) {}
+      : CountedVariant<Backend>(backend), stacks_(backend, Backend::kDefaultFlags, threads) {}
   event_type Get(int thread, int device) { return stacks_.Get(thread, device); }
   void Put(int thread, event_type &&event, int device) { stacks_.Put(thread, std::move(event), device); }
-  std::uint64_t created() const { return backend_.created(); }
-  event_type adopt(typename Backend::handle_type handle, int device) { return backend_.adopt(handle, device); }
 
  private:
-  CountingBackend<Backend> backend_;
   ThreadPrivateStacks<CountingBackend<Backend>> stacks_;
 };
 
 // No pool: every Get creates an event and every Put destroys it.
 template <class Backend>
-class NoPool {
+class NoPool : public CountedVariant<Backend> {
  public:
-  using event_type = typename Backend::event_type;
-  NoPool(CountingBackend<Backend> backend, int /*threads*/) : backend_(backend) {}
+  using typename CountedVariant<Backend>::event_type;
+  NoPool(CountingBackend<Backend> backend, int /*threads*/) : CountedVariant<Backend>(backend) {}
   event_type Get(int /*thread*/, int device) {
-    return backend_.adopt(backend_.create(Backend::kDefaultFlags, device), device);
+    return this->backend_.adopt(this->backend_.create(Backend::kDefaultFlags, device), device);
   }
-  void Put(int /*thread*/, event_type &&event, int /*device*/) { backend_.destroy(event.release()); }
-  std::uint64_t created() const { return backend_.created(); }
-  event_type adopt(typename Backend::handle_type handle, int device) { return backend_.adopt(handle, device); }
-
- private:
-  CountingBackend<Backend> backend_;
+  void Put(int /*thread*/, event_type &&event, int /*device*/) { this->backend_.destroy(event.release()); }
 };
 
 // ---- Backends ---------------------------------------------------------------------------------

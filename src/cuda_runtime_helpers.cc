@@ -27,15 +27,15 @@ cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept {
 void validate_event_flags(unsigned flags) {
   constexpr unsigned kKnown =
       cudaEventDefault | cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "0x%x", flags);
+  auto reject = [flags](const char *why) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%x", flags);
+    throw std::invalid_argument(std::string("evpool: event flags ") + hex + why);
+  };
   if ((flags & ~kKnown) != 0)
-    throw std::invalid_argument(std::string("evpool: event flags ") + hex +
-                                " have bits outside cudaEventBlockingSync | "
-                                "cudaEventDisableTiming | cudaEventInterprocess");
+    reject(" have bits outside cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess");
   if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0)
-    throw std::invalid_argument(std::string("evpool: event flags ") + hex +
-                                " have cudaEventInterprocess without cudaEventDisableTiming");
+    reject(" have cudaEventInterprocess without cudaEventDisableTiming");
 }
 
 }  // namespace evpool::detail

@@ -118,14 +118,12 @@ class EventPoolCore {
       event = event_type();  // over the idle limit: destroy instead of keeping
       return;
     }
-    std::uint32_t index = lists.spare.value.pop(arena_);
-    if (index == kNilIndex) {
-      try {
-        index = arena_.allocate();
-      } catch (...) {
-        release_idle_places(lists, 1);
-        throw;
-      }
+    std::uint32_t index;
+    try {
+      index = spare_or_new_node(lists);
+    } catch (...) {
+      release_idle_places(lists, 1);
+      throw;
     }
     arena_[index].handle = event.release();
     lists.events.value.stack.push(index, arena_);
@@ -151,14 +149,11 @@ class EventPoolCore {
     std::uint32_t index = pop_idle(lists);
     if (index == kNilIndex) {
       const handle_type handle = backend_.create(event_flags_, device);
-      index = lists.spare.value.pop(arena_);
-      if (index == kNilIndex) {
-        try {
-          index = arena_.allocate();
-        } catch (...) {
-          backend_.destroy(handle);
-          throw;
-        }
+      try {
+        index = spare_or_new_node(lists);
+      } catch (...) {
+        backend_.destroy(handle);
+        throw;
       }
       arena_[index].handle = handle;
     }
@@ -229,13 +224,15 @@ class EventPoolCore {
   };
   static_assert(sizeof(DeviceLists) == 2 * kFalseSharingRange, "each head alone on its own 128 bytes");
 
-  ~EventPoolCore() {
-    forget_events_of_parent_process();
-    for (int device = 0; device < device_count_; ++device)
-      drain_idle_events(devices_[device], 0, /*destroy=*/true);
-  }
+  ~EventPoolCore() { Trim(0); }
 
   bool limited() const noexcept { return max_idle_ != kUnlimitedIdle; }
+
+  // A spare node of the device, or a new one from the arena (which may throw std::bad_alloc).
+  std::uint32_t spare_or_new_node(DeviceLists &lists) {
+    const std::uint32_t index = lists.spare.value.pop(arena_);
+    return index != kNilIndex ? index : arena_.allocate();
+  }
 
   std::uint32_t pop_idle(DeviceLists &lists) noexcept {
     const std::uint32_t index = lists.events.value.stack.pop(arena_);
