@@ -27,6 +27,16 @@ struct DefaultPoolPolicy {
   static constexpr unsigned tag_bits = 32;
 
   using backoff = detail::ExponentialBackoff<>;
+
+  /// Events per magazine of the per-thread caches (see detail/thread_cache.h); 0: no caches, every
+  /// Get and Put goes to the shared per-device stacks.
+  static constexpr unsigned cache_capacity = 32;
+};
+
+/// Same as `Base`, but without per-thread caches: every Get and Put touches the shared stacks.
+template <class Base = DefaultPoolPolicy>
+struct NoCachePolicy : Base {
+  static constexpr unsigned cache_capacity = 0;
 };
 
 /// Same as `Base`, but retrying failed compare-exchanges at once.
