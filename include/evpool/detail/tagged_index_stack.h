@@ -5,20 +5,28 @@
 // Head word layout (one 64-bit atomic, always lock-free on x86-64 and aarch64 with GCC and Clang,
 // no libatomic, no cmpxchg16b):
 //
-//    63                        32 31                         0
-//   +----------------------------+----------------------------+
-//   |  tag (TagBits used, <= 32) |  index of the top node     |
-//   +----------------------------+----------------------------+
+//    63                                        24 23                      0
+//   +--------------------------------------------+------------------------+
+//   |  tag (TagBits used, <= 40)                  |  index of the top node |
+//   +--------------------------------------------+------------------------+
 //
 // The index names a node of a NodeArena (kNilIndex: empty). Indices, not pointers, make the word
 // independent of how many address bits a pointer uses (5-level paging, HWASan, ARM MTE tags).
+// 24 index bits (16,777,215 nodes; an arena that would need more throws std::length_error) leave
+// 40 bits to the tag, which is where the width matters.
 //
 // Why ABA cannot strike: every successful compare-exchange of the head (push, pop, pop_all,
 // push_chain) writes tag + 1, computed from the value it just compared against. A pop that loaded
 // (A, t) and read A.next = B can succeed only if the head still equals (A, t) bit for bit, which
-// requires 2^TagBits successful operations on this head during its window, i.e. 2^32 in
-// production: at 100 M operations a second that is 43 s with this thread descheduled between one
-// load and one compare-exchange, every one of them on this one head.
+// requires exactly a multiple of 2^TagBits successful writes of this head while the pop is stalled
+// between its load and its compare-exchange. The fastest rate measured on one head is about 75 M
+// writes a second (one core doing Get+Put pairs back to back); 2^32 writes then take 57 s, a stall
+// that SIGSTOP, a debugger, a paused VM or swapping produce routinely, and that was shown to hand
+// out destroyed events. With 40 bits it takes 2^40 / 75e6 = 14,660 s, over 4 hours of one thread
+// stalled inside one pop while every other thread hammers that one head without pause; behind the
+// per-thread caches a head is written once per magazine, so the real rate is far lower still.
+// test/interleaving_test.cc drives exactly that stalled pop with a narrow tag and sees the
+// corruption; the production width is the only change between that build and this one.
 //
 // Why no node is freed early: nodes live in a NodeArena that frees nothing before it is destroyed,
 // so the stale read of A.next by a pop that is about to fail reads live memory; `next` is atomic,
@@ -45,18 +53,19 @@
 namespace evpool::detail {
 
 /// A lock-free LIFO of node indices. `Nodes` is the arena the indices name: `nodes[i].next` is
-/// node i's `Atomic<uint32_t>` link. All member functions are thread-safe and lock-free; none
+/// node i's `Atomic<uint32_t>` link, holding an index below 2^kIndexBits or kNilIndex. All member functions are thread-safe and lock-free; none
 /// allocates or throws. `Backoff` is called after each failed compare-exchange of one operation
 /// (see backoff.h).
-template <template <class> class Atomic, unsigned TagBits = 32, class Backoff = ExponentialBackoff<>>
+template <template <class> class Atomic, unsigned TagBits = kMaxTagBits,
+          class Backoff = ExponentialBackoff<>>
 class TaggedIndexStack {
-  static_assert(TagBits >= 1 && TagBits <= 32, "the tag shares a 64-bit word with a 32-bit index");
+  static_assert(TagBits >= 1 && TagBits <= kMaxTagBits,
+                "the tag shares a 64-bit word with a kIndexBits-bit index");
   static_assert(Atomic<std::uint64_t>::is_always_lock_free,
                 "the head must be one lock-free 64-bit word");
 
  public:
-  static constexpr std::uint64_t kTagMask =
-      TagBits == 32 ? 0xFFFF'FFFFull : (std::uint64_t{1} << TagBits) - 1;
+  static constexpr std::uint64_t kTagMask = (std::uint64_t{1} << TagBits) - 1;
 
   TaggedIndexStack() = default;
   TaggedIndexStack(const TaggedIndexStack &) = delete;
@@ -119,20 +128,24 @@ class TaggedIndexStack {
   }
 
  private:
+  static constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+
   static constexpr std::uint32_t index_of(std::uint64_t word) noexcept {
-    return static_cast<std::uint32_t>(word);
+    return static_cast<std::uint32_t>(word & kIndexMask);
   }
   static constexpr std::uint64_t tag_of(std::uint64_t word) noexcept {
-    return (word >> 32) & kTagMask;
+    return (word >> kIndexBits) & kTagMask;
   }
   // The word that replaces `word` when `index` becomes the top: the tag advances on every
   // successful write of the head, derived from the value the CAS compares against.
   static constexpr std::uint64_t successor(std::uint64_t word, std::uint32_t index) noexcept {
-    return (((tag_of(word) + 1) & kTagMask) << 32) | index;
+    return (((tag_of(word) + 1) & kTagMask) << kIndexBits) | index;
   }
-  static_assert(index_of(successor(0x0000'0005'0000'0007ull, 9)) == 9);
-  static_assert(tag_of(successor(0x0000'0005'0000'0007ull, 9)) == (6 & kTagMask));
-  static_assert(TagBits != 32 || tag_of(successor(0xFFFF'FFFF'0000'0000ull, 1)) == 0,
+  static_assert(kNilIndex == kIndexMask, "the empty marker is the all-ones index");
+  static_assert(index_of(successor(std::uint64_t{5} << kIndexBits | 7, 9)) == 9);
+  static_assert(tag_of(successor(std::uint64_t{5} << kIndexBits | 7, 9)) == (6 & kTagMask));
+  static_assert(index_of(successor(kTagMask << kIndexBits | 7, kNilIndex)) == kNilIndex &&
+                    tag_of(successor(kTagMask << kIndexBits | 7, kNilIndex)) == 0,
                 "the tag wraps without touching the index");
 
   Atomic<std::uint64_t> head_{std::uint64_t{kNilIndex}};
