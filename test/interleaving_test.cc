@@ -33,7 +33,7 @@ using testing_support::RandomStrategy;
 using testing_support::Strategy;
 
 template <unsigned TagBits>
-struct DeterministicPolicy {
+struct DeterministicPolicy : DefaultPoolPolicy {
   template <class T>
   using atomic = DeterministicAtomic<T>;
   static constexpr unsigned tag_bits = TagBits;

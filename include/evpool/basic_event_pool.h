@@ -3,11 +3,16 @@
 // Design rationale
 // ----------------
 // This is the public face of detail::EventPoolCore, where the algorithm and its reasoning live
-// (per-device tagged Treiber stacks over a node arena; see detail/event_pool_core.h). The pool
-// object owns one reference to its core; leases own others, so a lease that outlives its pool
-// still has a core to return its event to (the core, with its idle events, dies with the last
-// lease). CUDAEventPool is BasicEventPool<CUDABackend>; tests and CPU benchmarks run the very same
-// code over HostBackend.
+// (per-thread caches of magazines in front of per-device lock-free depots; see
+// detail/event_pool_core.h). A lease may outlive its pool: the core then lives on until the last
+// lease ends, without any shared reference count (leases are counted in the thread caches).
+// CUDAEventPool is BasicEventPool<CUDABackend>; tests and CPU benchmarks run the very same code
+// over HostBackend.
+//
+// Progress guarantees, stated per function below: Get and Put never wait for another thread
+// (lock-free; a thread's first call on a pool registers its cache under a short lock). Purge and
+// Trim are blocking: they take the pool's registry lock and wait for any thread that is in the
+// middle of a Get or Put on this pool to finish that call.
 #pragma once
 
 #include <cstddef>
@@ -47,16 +52,19 @@ class BasicEventPool {
   BasicEventPool(const BasicEventPool &) = delete;
   BasicEventPool &operator=(const BasicEventPool &) = delete;
 
-  /// Destroys every idle event, unless leases are still alive: then the pool's state lives on
-  /// until the last of them is gone. Events got with Get are their holders'; putting one back
-  /// into a destroyed pool is undefined behaviour. Not thread-safe: no call on this pool may run
-  /// concurrently.
-  ~BasicEventPool() { core_->release_reference(); }
+  /// Destroys every idle event, in the depots and in every thread's cache (threads that hold a
+  /// cache for this pool are not waited for, and free it later by themselves). If leases are
+  /// still alive, the pool's state lives on until the last of them ends. Events got with Get are
+  /// their holders'; putting one back into a destroyed pool is undefined behaviour. Not
+  /// thread-safe: no call on this pool may run concurrently, except leases ending.
+  ~BasicEventPool() { core_->close(); }
 
   /// Returns an idle event of `device_id` (-1: the calling thread's current device), creating one
-  /// with the pool's flags if none is idle.
-  /// Thread-safe. Lock-free when an idle event exists; a miss calls the backend's create, which
-  /// may block inside the driver.
+  /// with the pool's flags if none is idle. Served from the calling thread's cache; when that is
+  /// empty, from the device's depot (a magazine at a time).
+  /// Thread-safe. Lock-free when an idle event exists (the thread's first call on this pool
+  /// registers its cache under a short lock); a miss calls the backend's create, which may block
+  /// inside the driver.
   /// Throws std::out_of_range for a device outside [0, device_count()), and whatever the backend's
   /// create throws; the pool is unchanged in both cases.
   event_type Get(int device_id = -1) { return core_->Get(device_id); }
@@ -71,32 +79,37 @@ class BasicEventPool {
   /// - std::bad_alloc if no node can be allocated.
   void Put(event_type &&event, int device_id = -1) { core_->Put(std::move(event), device_id); }
 
-  /// Destroys the events that are idle in the pool. Events Put concurrently with a Purge may stay.
-  /// Thread-safe and lock-free; may run concurrently with Get, Put and other Purges. Never throws.
+  /// Destroys every event that is idle in the pool when it begins: in the depots and in every
+  /// thread's cache, including caches of threads that are asleep. Events Put concurrently may stay.
+  /// Thread-safe; may run concurrently with Get, Put and other Purges, which meanwhile bypass their
+  /// caches. Blocking: takes the pool's registry lock and waits for threads that are in the middle
+  /// of a call on this pool (never for idle ones); destroys events through the backend (driver
+  /// locks). Never throws.
   void Purge() noexcept { core_->Trim(0); }
 
-  /// Destroys idle events until at most `keep_per_device` remain idle on each device (the most
-  /// recently put ones). While it runs, concurrent Gets may miss and create.
-  /// Thread-safe and lock-free. Never throws.
+  /// Like Purge, but keeps up to `keep_per_device` idle events on each device (in the depot).
+  /// Thread-safety and progress as Purge. Never throws.
   void Trim(std::size_t keep_per_device) noexcept { core_->Trim(keep_per_device); }
 
-  /// Creates `count` events on `device` (-1: the current device) and puts them into the pool, so
-  /// that the first `count` Gets hit; schedulers call it before their first step. Events beyond
-  /// the idle limit are destroyed again.
+  /// Creates `count` events on `device` (-1: the current device) and puts them into the device's
+  /// depot, not the caller's cache, so that the first `count` Gets hit on any thread; schedulers
+  /// call it before their first step. A magazine of them that does not fit under the idle limit
+  /// is destroyed again.
   /// Thread-safe; blocks in the backend's create. Throws what Get and Put throw; the events
   /// reserved before a failure stay in the pool.
   void Reserve(int device, std::size_t count) { core_->Reserve(device, count); }
 
   /// An event of `device_id` that goes back to this pool, under its own device, when the lease
-  /// dies. Thread-safe; lock-free as Get and Put are. Throws what Get throws.
-  unique_lease Lease(int device_id = -1) { return unique_lease(*core_, core_->Get(device_id)); }
+  /// dies; the lease may outlive the pool (its event is then destroyed). Goes through the thread
+  /// caches as Get and Put do and writes no pool-wide word. Thread-safe; lock-free as Get and Put
+  /// are. Throws what Get throws.
+  unique_lease Lease(int device_id = -1) { return unique_lease(*core_, core_->begin_lease(device_id)); }
 
-  /// An event of `device_id` shared by every copy of the lease (copies count references in the
-  /// event's pool node, not in a separately allocated control block) and returned to this pool
-  /// when the last copy dies. Thread-safe; lock-free on a hit. Throws what Get throws.
-  shared_lease LeaseShared(int device_id = -1) {
-    return shared_lease(*core_, core_->lease_node(device_id));
-  }
+  /// An event of `device_id` shared by every copy of the lease (a small control block, allocated
+  /// once, counts the copies) and returned to this pool when the last copy dies; may outlive the
+  /// pool like Lease. Thread-safe; lock-free on a hit apart from allocating the block. Throws what
+  /// Get throws, and std::bad_alloc.
+  shared_lease LeaseShared(int device_id = -1) { return shared_lease::begin(*core_, device_id); }
 
   /// Number of devices, fixed at construction. Thread-safe, wait-free.
   int device_count() const noexcept { return core_->device_count(); }
@@ -107,8 +120,9 @@ class BasicEventPool {
   /// The most idle events kept per device (kUnlimitedIdle: no limit). Thread-safe, wait-free.
   std::size_t max_idle_per_device() const noexcept { return core_->max_idle_per_device(); }
 
-  /// Nodes allocated so far: the most events that were ever idle or shared-leased at once, which
-  /// bounds the pool's bookkeeping memory (128 bytes a node). Thread-safe, wait-free.
+  /// Magazine nodes allocated so far (each holds up to Policy::cache_capacity idle events, or one
+  /// without caches): the pool's bookkeeping memory, sizeof(Magazine) bytes a node, a multiple of
+  /// 128. Thread-safe, wait-free.
   std::size_t node_count() const noexcept { return core_->node_count(); }
 
  private:

@@ -16,6 +16,7 @@
 
 #include <atomic>
 
+#include "evpool/detail/asymmetric_fence.h"
 #include "evpool/detail/backoff.h"
 #include "evpool/detail/node_arena.h"
 
@@ -34,6 +35,20 @@ struct DefaultPoolPolicy {
   /// Events per magazine of the per-thread caches (see detail/thread_cache.h); 0: no caches, every
   /// Get and Put goes to the shared per-device stacks.
   static constexpr unsigned cache_capacity = 32;
+
+  /// How a cache's owner and a purger exclude each other: a compiler barrier for the owner and
+  /// membarrier for the purger; under ThreadSanitizer, which models neither, seq_cst on both sides.
+#if defined(__SANITIZE_THREAD__)
+  using fence = detail::SymmetricFence;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  using fence = detail::SymmetricFence;
+#else
+  using fence = detail::AsymmetricFence;
+#endif
+#else
+  using fence = detail::AsymmetricFence;
+#endif
 };
 
 /// Same as `Base`, but without per-thread caches: every Get and Put touches the shared stacks.

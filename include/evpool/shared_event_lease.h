@@ -1,57 +1,78 @@
 // evpool: SharedEventLease, a reference-counted pooled event (DALI's CUDASharedEvent, pooled).
 //
-// Every copy refers to the same event; the last copy to die returns it to its pool. The count
-// lives in the event's own pool node (see detail/event_pool_core.h), so a shared lease allocates
-// no control block, and a copy costs one relaxed increment on a line no other event uses. Like
-// UniqueEventLease it holds a reference on the pool's core and may outlive its BasicEventPool.
+// Every copy refers to the same event; the last copy to die returns it to its pool. The copies
+// share one small control block (the event and the count), allocated when the lease begins; a copy
+// costs one relaxed increment on that block, which no other lease uses. Like UniqueEventLease it
+// may outlive its BasicEventPool.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
-#include "evpool/detail/node_arena.h"
+#include "evpool/detail/fork_guard.h"
 #include "evpool/event_backend.h"
 
 namespace evpool {
 
+/// Thread-safety: as std::shared_ptr: distinct copies may be used and destroyed by any threads at
+/// once; one object must not be used by two threads at once without synchronisation.
 template <class Core>
 class SharedEventLease {
  public:
+  using event_type = typename Core::event_type;
   using handle_type = typename Core::handle_type;
 
   SharedEventLease() noexcept = default;
-  SharedEventLease(const SharedEventLease &other) noexcept : core_(other.core_), node_(other.node_) {
-    if (core_ != nullptr) core_->retain_node(node_);
+  SharedEventLease(const SharedEventLease &other) noexcept : block_(other.block_) {
+    // Relaxed: a new reference is made from an existing one (as in std::shared_ptr).
+    if (block_ != nullptr) block_->references.fetch_add(1, std::memory_order_relaxed);
   }
-  SharedEventLease(SharedEventLease &&other) noexcept
-      : core_(std::exchange(other.core_, nullptr)), node_(std::exchange(other.node_, detail::kNilIndex)) {}
+  SharedEventLease(SharedEventLease &&other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
   SharedEventLease &operator=(SharedEventLease other) noexcept {
-    std::swap(core_, other.core_);
-    std::swap(node_, other.node_);
+    std::swap(block_, other.block_);
     return *this;
   }
   ~SharedEventLease() { reset(); }
 
   /// The event's handle; every copy sees the same one.
-  handle_type get() const noexcept { return core_ ? core_->node_handle(node_) : handle_type{}; }
+  handle_type get() const noexcept { return block_ ? block_->event.get() : handle_type{}; }
   operator handle_type() const noexcept { return get(); }  // NOLINT: like CUDAEvent
-  int device_id() const noexcept { return core_ ? core_->node_device(node_) : -1; }
-  explicit operator bool() const noexcept { return core_ != nullptr; }
+  int device_id() const noexcept { return block_ ? block_->event.device_id() : -1; }
+  explicit operator bool() const noexcept { return block_ != nullptr; }
 
-  /// Drops this copy's reference; the last one returns the event to its pool. Never throws.
+  /// Drops this copy's reference; the last one returns the event to its pool (or forgets it in a
+  /// fork child, or destroys it if the pool is gone). Never throws.
   void reset() noexcept {
-    if (core_ == nullptr) return;
-    std::exchange(core_, nullptr)->release_node(std::exchange(node_, detail::kNilIndex));
+    Block *block = std::exchange(block_, nullptr);
+    // Acq_rel: the last holder returns the event after every other holder's last use of it.
+    if (block == nullptr || block->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const bool parents_event = block->fork_generation != detail::fork_generation();
+    block->core->end_lease(std::move(block->event), parents_event);
+    delete block;
   }
 
  private:
   template <EventBackend, class>
   friend class BasicEventPool;
 
-  SharedEventLease(Core &core, std::uint32_t node) noexcept : core_(&core), node_(node) {}
+  struct Block {
+    typename Core::template atomic<std::uint32_t> references{1};
+    Core *core = nullptr;
+    event_type event;
+    std::uint32_t fork_generation = detail::fork_generation();
+  };
 
-  Core *core_ = nullptr;
-  std::uint32_t node_ = detail::kNilIndex;
+  static SharedEventLease begin(Core &core, int device_id) {
+    auto block = std::make_unique<Block>();  // first: a failed allocation holds no event
+    block->core = &core;
+    block->event = core.begin_lease(device_id);
+    return SharedEventLease(block.release());
+  }
+
+  explicit SharedEventLease(Block *block) noexcept : block_(block) {}
+
+  Block *block_ = nullptr;
 };
 
 }  // namespace evpool

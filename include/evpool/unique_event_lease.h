@@ -1,9 +1,9 @@
 // evpool: UniqueEventLease, an event that cannot be forgotten or returned to the wrong place.
 //
 // A move-only owner of one pooled event that puts it back into the pool it came from, under the
-// event's own device, when it dies. It holds a reference on the pool's core, so it may outlive the
-// BasicEventPool it came from: its event then returns to the core, which is destroyed, idle events
-// and all, with its last reference.
+// event's own device, when it dies. It may outlive the BasicEventPool it came from: the pool's
+// state lives on until the last lease ends (leases are counted in the thread caches, see
+// detail/event_pool_core.h), and an event whose pool is gone is destroyed.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,8 @@
 
 namespace evpool {
 
+/// Thread-safety: like any value; distinct leases of one pool may be used and destroyed by any
+/// threads at once, also after the pool is gone.
 template <class Core>
 class UniqueEventLease {
  public:
@@ -48,23 +50,13 @@ class UniqueEventLease {
     return event;
   }
 
-  /// Returns the event to its pool now. Never throws: if the pool cannot take it back (no memory
-  /// for a node), the event is destroyed. An event leased before fork() is not returned in the
-  /// child (its handle belongs to the parent) but forgotten.
+  /// Returns the event to its pool now. Never throws: if the pool cannot take it back (it is
+  /// gone, or has no memory for a magazine), the event is destroyed. An event leased before
+  /// fork() is not returned in the child (its handle belongs to the parent) but forgotten.
   void reset() noexcept {
     if (core_ == nullptr) return;
-    if (event_) {
-      if (fork_generation_ != detail::fork_generation()) {
-        (void)event_.release();
-      } else {
-        try {
-          core_->Put(std::move(event_), -1);
-        } catch (...) {
-          event_ = event_type();
-        }
-      }
-    }
-    std::exchange(core_, nullptr)->release_reference();
+    const bool parents_event = fork_generation_ != detail::fork_generation();
+    std::exchange(core_, nullptr)->end_lease(std::move(event_), parents_event);
   }
 
  private:
@@ -72,9 +64,7 @@ class UniqueEventLease {
   friend class BasicEventPool;
 
   UniqueEventLease(Core &core, event_type &&event) noexcept
-      : core_(&core), event_(std::move(event)), fork_generation_(detail::fork_generation()) {
-    core_->acquire_reference();
-  }
+      : core_(&core), event_(std::move(event)), fork_generation_(detail::fork_generation()) {}
 
   Core *core_ = nullptr;
   event_type event_;

@@ -1,80 +1,101 @@
-// evpool: the lock-free core of BasicEventPool. Private to the library.
+// evpool: the core of BasicEventPool: per-device depots behind per-thread caches. Private to the
+// library.
 //
 // Design rationale
 // ----------------
 // The design replaced (DALI's CUDAEventPool) keeps per-device intrusive lists of EventEntry nodes
 // and a list of spare nodes, all behind one yielding spinlock; under contention it serialises every
-// Get and Put of every device on that lock. Here the same structure is lock-free:
+// Get and Put of every device on that lock. Replacing the lock with one lock-free stack per device
+// removes the collapse but not the ceiling: every call still writes one shared word, and no design
+// that does goes past about 20 M calls a second however many threads call. So there are two
+// layers, as in a magazine allocator (Bonwick and Adams 2001; illumos kmem.c):
 //
-//   devices_[d].events: TaggedIndexStack of EventEntry nodes, each holding an idle event of d
-//   devices_[d].spare:  TaggedIndexStack of EventEntry nodes holding nothing, for Puts to d
-//   arena_:             the NodeArena that owns every node, and frees none before the core dies
+//   depots_[d]      depot.h: device d's filled and empty magazines, on two tagged Treiber stacks
+//                   (tagged_index_stack.h) over the node arena (node_arena.h)
+//   thread caches   thread_cache.h: per thread, per pool, per device, a loaded and a previous
+//                   magazine; found through the thread's directory by pool id
+//                   (thread_cache_directory.h)
 //
-// Get(d) pops a node from devices_[d].events, takes its event and pushes the node onto
-// devices_[d].spare; on a miss it creates an event, holding nothing while it does. Put(e, d) pops
-// a spare node of d (allocating one only if none is spare), stores e in it and pushes it onto
-// devices_[d].events. A hit therefore costs two compare-exchanges and no call into the backend,
-// except the current-device query when the caller passes device -1.
+// Get(d) takes from the calling thread's cache, which trades a whole magazine with the depot when
+// it runs dry; only when the depot is empty too is an event created, outside any shared state. Put
+// mirrors it, and over the idle limit destroys a magazine's worth. With Policy::cache_capacity == 0
+// there are no caches: magazines hold one event, every call goes to the depot, and the pool is the
+// plain lock-free design (per device a stack of events and a stack of spare nodes).
 //
-// The spare list is per device, not global as in DALI: a node popped by Get(d) is only ever
-// needed again by a Put(d), and a global list would make threads working on different devices
-// contend on one word. Each list head sits alone on its own 128 bytes.
+// Events are interchangeable within a device: Put files an event in the calling thread's cache,
+// never with the thread that created it, so a thread may exit at any time (PyTorch's per-thread
+// event cache returned events to their creator and crashed when it had exited, pytorch#143470).
 //
-// The bit layout of the heads, why ABA cannot strike and why no node is freed early are explained
-// in tagged_index_stack.h and node_arena.h. Of note for this pool: Get and Put move nodes between
-// two LIFO stacks, which preserves the nodes' relative order, so an ABA on a head would be
-// harmless were it not for Trim and Purge, which reverse a device's chain onto its spare stack.
-// The 32-bit tag is what keeps that case safe (test/interleaving_test.cc finds the corruption with
-// a 1-bit tag).
+// Calls that bypass the cache and use the depot directly: while a purger holds the cache (Purge,
+// Trim), after the thread's thread-local objects are torn down, when no cache could be allocated,
+// and Reserve (so that every thread's first Gets hit, not only the reserver's).
 //
-// A shared lease keeps its event in its node: the node leaves the event stack without visiting
-// the spare stack, carries the lease's reference count, and goes straight back when the last
-// reference drops. No control block is allocated.
+// Purge and Trim empty every cache, also those of sleeping threads, through the handshake of
+// thread_cache.h, then trim the depots. Events that were idle when they began are destroyed (beyond
+// what Trim keeps); Gets and Puts that run meanwhile bypass their caches. Purge may wait for a
+// thread that is in the middle of a call on this pool; it never waits for an idle one.
 //
-// Idle limit: with a finite limit, each device counts its idle events beside its event stack's
-// head (same 128 bytes, so the count costs no extra cache line). Put reserves a place in the
-// count before pushing and destroys the event when none is free; Get releases the place after
-// popping. So the count is never below the true number of idle events and never above the limit.
-// Without a limit the count is not kept at all.
+// Idle bound: the depot never holds more than the limit; each thread's cache holds at most two
+// magazines per device. So a device has at most max_idle + threads x 2 x cache_capacity idle
+// events; without a limit, the depot holds what was ever idle at once, and the caches the same
+// 2 x cache_capacity per thread and device.
 //
-// Lifetime: the core counts references, one for the BasicEventPool that owns it and one for each
-// lease; whoever drops the last one deletes the core, destroying its idle events. A lease that
-// outlives its pool therefore returns its event to a core that still exists.
+// Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
+// in the cache of the thread that does it (no shared word is written), or, when the cache is
+// bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
+// progress), adds their counts into `lease_balance_` and removes its bias; whoever brings the
+// balance to zero deletes the core. A lease that ends after its pool is gone destroys its event.
+//
+// ABA: Get, Put and the caches move magazines between stacks and threads in every order, and Trim,
+// Purge and leases reorder them further, so an ABA on a head would corrupt the depot: the 40-bit
+// tag (tagged_index_stack.h) is what prevents it, and test/interleaving_test.cc shows a narrow tag
+// failing.
 //
 // After fork() the child must not hand out or destroy its parent's events: the first operation in
-// a child forgets every idle event (fork_guard.h), and the child starts with an empty pool.
+// a child forgets every idle event, in the depots and in every cache (fork_guard.h).
 //
-// Errors leave everything as it was: every argument is checked before anything changes, Put takes
-// ownership of the event only after the last step that can throw (a node allocation), and a
+// Errors leave everything as it was: arguments are checked before anything changes; Put takes
+// ownership of the event only after the last step that can throw (taking an empty magazine); a
 // failed create in Get holds nothing.
 #pragma once
 
-#include <atomic>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/depot.h"
 #include "evpool/detail/fork_guard.h"
 #include "evpool/detail/node_arena.h"
+#include "evpool/detail/registry_lock.h"
 #include "evpool/detail/tagged_index_stack.h"
+#include "evpool/detail/thread_cache.h"
+#include "evpool/detail/thread_cache_directory.h"
 #include "evpool/event_backend.h"
 
 namespace evpool::detail {
-
-inline constexpr std::size_t kUnlimitedIdle = std::numeric_limits<std::size_t>::max();
 
 template <EventBackend Backend, class Policy>
 class EventPoolCore {
  public:
   using event_type = typename Backend::event_type;
   using handle_type = typename Backend::handle_type;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+  using Fence = typename Policy::fence;
 
-  // Owned through references: create with `new`, end with release_reference().
+  static constexpr unsigned kCacheCapacity = Policy::cache_capacity;
+  static constexpr bool kCached = kCacheCapacity > 0;
+  using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
+
+  // Created with `new` by BasicEventPool, which ends it with close().
   EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device)
       : backend_(std::move(backend)), event_flags_(event_flags), max_idle_(max_idle_per_device) {
     backend_.validate_flags(event_flags_);
@@ -85,208 +106,430 @@ class EventPoolCore {
     if (max_idle_ == 0)
       throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
                                   "use kUnlimitedIdle for no limit");
-    devices_ = std::make_unique<DeviceLists[]>(static_cast<std::size_t>(device_count_));
+    depots_ = std::make_unique<DeviceDepot[]>(static_cast<std::size_t>(device_count_));
+    if constexpr (kCached) Fence::prepare();  // settles the owners' fence before any cache exists
   }
   EventPoolCore(const EventPoolCore &) = delete;
   EventPoolCore &operator=(const EventPoolCore &) = delete;
 
-  void acquire_reference() noexcept {
-    // Relaxed: a new reference is made from an existing one, which keeps the core alive meanwhile.
-    references_.fetch_add(1, std::memory_order_relaxed);
-  }
-  void release_reference() noexcept {
-    // Acq_rel: the last owner must see every other owner's use of the core before deleting it.
-    if (references_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  /// The pool's destructor: closes every cache, destroys every idle event, and deletes the core
+  /// unless leases are still alive (then the last of them does). Not concurrent with Get, Put,
+  /// Reserve, Trim (the pool is being destroyed); leases may end concurrently.
+  void close() noexcept {
+    forget_events_of_parent_process();
+    std::int64_t leased = 0;
+    if constexpr (kCached) {
+      std::lock_guard lock(registry_lock_);
+      registry_closed_ = true;
+      for (Cache *cache : caches_) cache->purger_request(Cache::kClosed);
+      Fence::purger_fence();
+      for (Cache *cache : caches_) {
+        cache->purger_wait_until_idle();
+        for_each_magazine(*cache, [this](Slot &slot, int) { destroy_events(*slot.magazine); });
+        leased += cache->purger_leases();
+        cache->let_go();
+      }
+      caches_.clear();
+    }
+    // Release: a lease that ends later and sees it (acquire) destroys its event instead.
+    closed_.store(true, std::memory_order_release);
+    for (int device = 0; device < device_count_; ++device) trim_depot(device, 0);
+    settle_leases(leased - kLeaseBias);  // may delete this: the last action
   }
 
   event_type Get(int device_id) {
     forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Get");
-    DeviceLists &lists = devices_[device];
-    const std::uint32_t index = pop_idle(lists);
-    if (index == kNilIndex) return backend_.adopt(backend_.create(event_flags_, device), device);
-    const handle_type handle = arena_[index].handle;
-    lists.spare.value.push(index, arena_);
-    return backend_.adopt(handle, device);
+    return backend_.adopt(obtain(device, 0), device);
   }
 
   void Put(event_type &&event, int device_id) {
     if (!event) throw std::invalid_argument("evpool: Put of an empty event");
     forget_events_of_parent_process();
-    DeviceLists &lists = devices_[device_for_put(event, device_id)];
-    if (!reserve_idle_place(lists)) {
+    const int device = device_for_put(event, device_id);
+    if (keep(event.get(), device))
+      (void)event.release();
+    else
       event = event_type();  // over the idle limit: destroy instead of keeping
-      return;
-    }
-    std::uint32_t index;
-    try {
-      index = spare_or_new_node(lists);
-    } catch (...) {
-      release_idle_places(lists, 1);
-      throw;
-    }
-    arena_[index].handle = event.release();
-    lists.events.value.stack.push(index, arena_);
   }
 
   void Reserve(int device_id, std::size_t count) {
+    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Reserve");
-    for (std::size_t i = 0; i < count; ++i)
-      Put(backend_.adopt(backend_.create(event_flags_, device), device), device);
+    DeviceDepot &depot = depots_[device];
+    // Straight into the depot, in full magazines: every thread's first Gets hit.
+    while (count > 0) {
+      const std::uint32_t index = depot.take_empty(arena_);
+      Magazine &magazine = arena_[index];
+      try {
+        for (; count > 0 && !magazine.full(); --count)
+          magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
+      } catch (...) {
+        give_to_depot(index, depot);
+        throw;
+      }
+      give_to_depot(index, depot);
+    }
   }
 
   void Trim(std::size_t keep_per_device) noexcept {
     forget_events_of_parent_process();
-    for (int device = 0; device < device_count_; ++device)
-      drain_idle_events(devices_[device], keep_per_device, /*destroy=*/true);
+    if constexpr (kCached) drain_caches(keep_per_device > 0);
+    for (int device = 0; device < device_count_; ++device) trim_depot(device, keep_per_device);
   }
 
-  // Shared leases. A leased node is on no stack; its `lease_references` counts the leases.
-  std::uint32_t lease_node(int device_id) {
+  /// A lease begins: an event of the device, counted as leased until end_lease.
+  event_type begin_lease(int device_id) {
     forget_events_of_parent_process();
-    const int device = resolve_device(device_id, "LeaseShared");
-    DeviceLists &lists = devices_[device];
-    std::uint32_t index = pop_idle(lists);
-    if (index == kNilIndex) {
-      const handle_type handle = backend_.create(event_flags_, device);
-      try {
-        index = spare_or_new_node(lists);
-      } catch (...) {
-        backend_.destroy(handle);
-        throw;
+    const int device = resolve_device(device_id, "Lease");
+    return backend_.adopt(obtain(device, 1), device);
+  }
+
+  /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
+  /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
+  /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
+  void end_lease(event_type &&event, bool forget) noexcept {
+    forget_events_of_parent_process();
+    if (forget) (void)event.release();
+    if (!event) {
+      count_leases(-1);
+      return;
+    }
+    const handle_type handle = event.get();
+    const int device = event.device_id();
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+        try {
+          put_into_cache(*cache, device, handle);
+          (void)event.release();
+        } catch (...) {
+          event = event_type();  // no memory for a magazine: destroy it
+        }
+        cache->owner_count_leases(-1);
+        cache->owner_exit();
+        return;
       }
-      arena_[index].handle = handle;
     }
-    EventEntry &entry = arena_[index];
-    entry.device = device;
-    entry.fork_generation = fork_generation();
-    // Relaxed: the node is ours alone until the lease that carries it is shared.
-    entry.lease_references.store(1, std::memory_order_relaxed);
-    acquire_reference();
-    return index;
-  }
-  void retain_node(std::uint32_t index) noexcept {
-    // Relaxed: a new reference is made from an existing one (as in std::shared_ptr).
-    arena_[index].lease_references.fetch_add(1, std::memory_order_relaxed);
-  }
-  void release_node(std::uint32_t index) noexcept {
-    EventEntry &entry = arena_[index];
-    // Acq_rel: the last holder returns the node, after every other holder's last use of it.
-    if (entry.lease_references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    DeviceLists &lists = devices_[entry.device];
-    forget_events_of_parent_process();
-    if (entry.fork_generation != fork_generation()) {
-      lists.spare.value.push(index, arena_);  // a parent's event, leased before fork(): forget it
-    } else if (reserve_idle_place(lists)) {
-      lists.events.value.stack.push(index, arena_);
-    } else {
-      backend_.destroy(entry.handle);
-      lists.spare.value.push(index, arena_);
+    // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
+    if (!closed_.load(std::memory_order_acquire)) {
+      try {
+        if (depots_[device].give_one(handle, arena_, max_idle_)) (void)event.release();
+      } catch (...) {
+      }
     }
-    release_reference();
+    event = event_type();  // destroys what the pool did not take
+    settle_leases(-1);     // may delete this: the last action
   }
-  handle_type node_handle(std::uint32_t index) noexcept { return arena_[index].handle; }
-  int node_device(std::uint32_t index) noexcept { return arena_[index].device; }
 
   int device_count() const noexcept { return device_count_; }
   unsigned event_flags() const noexcept { return event_flags_; }
   std::size_t max_idle_per_device() const noexcept { return max_idle_; }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
 
+  // ---- For ThreadCache -------------------------------------------------------------------------
+  using Cache = ThreadCache<EventPoolCore>;
+  using Slot = typename Cache::Slot;
+
+  /// The owner thread is exiting, inside its owner section: its magazines go to the depots.
+  void flush_exiting_cache(Cache &cache) noexcept { return_magazines(cache); }
+
  private:
-  template <class T>
-  using Atomic = typename Policy::template atomic<T>;
-
-  // One pooled event, a leased event (shared lease), or a spare node (then `handle` is stale and
-  // meaningless). Each node has its 128 bytes to itself: nodes of different devices (and of
-  // different threads' events) lie side by side in the arena, and Get and Put write them, so
-  // sharing a line would make threads that share nothing else contend. The cost is 128 bytes per
-  // event the pool ever held idle or leased at once.
-  struct alignas(kFalseSharingRange) EventEntry {
-    handle_type handle{};
-    Atomic<std::uint32_t> next{kNilIndex};
-    Atomic<std::uint32_t> lease_references{0};
-    int device = -1;                      // of a leased node
-    std::uint32_t fork_generation = 0;    // of the process that leased the node
-  };
-  static_assert(sizeof(EventEntry) == kFalseSharingRange);
-
-  using Arena = NodeArena<EventEntry, Policy::template atomic>;
+  using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
+  using DeviceDepot = Depot<Magazine, Policy::template atomic, Stack>;
 
-  struct EventStack {
-    Stack stack;
-    Atomic<std::uint64_t> idle{0};  // kept only with a finite idle limit
-  };
-  struct DeviceLists {
-    CacheLinePadded<EventStack> events;
-    CacheLinePadded<Stack> spare;
-  };
-  static_assert(sizeof(DeviceLists) == 2 * kFalseSharingRange, "each head alone on its own 128 bytes");
+  // Leases are counted from this bias down to their true number when the pool closes, so the
+  // balance cannot reach zero before then, however the counts are spread over the caches.
+  static constexpr std::int64_t kLeaseBias = std::int64_t{1} << 62;
 
-  ~EventPoolCore() { Trim(0); }
-
-  bool limited() const noexcept { return max_idle_ != kUnlimitedIdle; }
-
-  // A spare node of the device, or a new one from the arena (which may throw std::bad_alloc).
-  std::uint32_t spare_or_new_node(DeviceLists &lists) {
-    const std::uint32_t index = lists.spare.value.pop(arena_);
-    return index != kNilIndex ? index : arena_.allocate();
+  ~EventPoolCore() {
+    // Events a lease returned to a depot while close() was trimming it.
+    for (int device = 0; device < device_count_; ++device) trim_depot(device, 0);
   }
 
-  std::uint32_t pop_idle(DeviceLists &lists) noexcept {
-    const std::uint32_t index = lists.events.value.stack.pop(arena_);
-    if (index != kNilIndex) release_idle_places(lists, 1);
-    return index;
-  }
+  // ---- The two operations, through the cache or around it ---------------------------------------
 
-  bool reserve_idle_place(DeviceLists &lists) noexcept {
-    if (!limited()) return true;
-    // Relaxed: the count orders nothing; it only bounds how many events are kept.
-    if (lists.events.value.idle.fetch_add(1, std::memory_order_relaxed) < max_idle_) return true;
-    lists.events.value.idle.fetch_sub(1, std::memory_order_relaxed);
-    return false;
-  }
-
-  void release_idle_places(DeviceLists &lists, std::uint64_t count) noexcept {
-    if (limited()) lists.events.value.idle.fetch_sub(count, std::memory_order_relaxed);
-  }
-
-  // Detaches a device's idle events, keeps the first `keep` of them (putting them back as one
-  // chain) and moves the others' nodes to the spare list, destroying their events or, in a forked
-  // child whose events belong to the parent, only forgetting them.
-  void drain_idle_events(DeviceLists &lists, std::size_t keep, bool destroy) noexcept {
-    const std::uint32_t first = lists.events.value.stack.pop_all();
-    if (first == kNilIndex) return;
-    // The chain is ours alone since pop_all; relaxed reads of `next` are ordered by it.
-    std::uint32_t kept_last = kNilIndex, index = first;
-    for (std::size_t kept = 0; kept < keep && index != kNilIndex; ++kept) {
-      kept_last = index;
-      index = arena_[index].next.load(std::memory_order_relaxed);
+  // An idle event of the device, or a new one; counts `leases` new leases.
+  handle_type obtain(int device, int leases) {
+    handle_type handle;
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+        const bool hit = take_from_cache(*cache, device, handle);
+        if (hit && leases != 0) cache->owner_count_leases(leases);
+        cache->owner_exit();
+        if (hit) return handle;
+      }
     }
-    if (kept_last != kNilIndex) lists.events.value.stack.push_chain(first, kept_last, arena_);
-    if (index == kNilIndex) return;
-    const std::uint32_t dropped_first = index;
-    std::uint32_t dropped_last = index;
-    std::uint64_t dropped = 0;
-    for (; index != kNilIndex; index = arena_[index].next.load(std::memory_order_relaxed)) {
-      if (destroy) backend_.destroy(arena_[index].handle);
-      dropped_last = index;
-      ++dropped;
-    }
-    release_idle_places(lists, dropped);
-    lists.spare.value.push_chain(dropped_first, dropped_last, arena_);
+    if (!depots_[device].take_one(handle, arena_, max_idle_))
+      handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
+    if (leases != 0) count_leases(leases);
+    return handle;
   }
+
+  // Files the handle under the device; false if it is over the idle limit (the caller destroys
+  // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
+  // changed and the caller still owns the handle.
+  bool keep(handle_type handle, int device) {
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+        struct ExitOnReturn {
+          Cache &cache;
+          ~ExitOnReturn() { cache.owner_exit(); }
+        } exit_on_return{*cache};
+        put_into_cache(*cache, device, handle);
+        return true;
+      }
+    }
+    return depots_[device].give_one(handle, arena_, max_idle_);
+  }
+
+  void count_leases(std::int64_t delta) noexcept {
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+        cache->owner_count_leases(delta);
+        cache->owner_exit();
+        return;
+      }
+    }
+    settle_leases(delta);
+  }
+
+  void settle_leases(std::int64_t delta) noexcept {
+    // Acq_rel: the one that reaches zero sees every other user's last use of the core.
+    if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) delete this;
+  }
+
+  // ---- The cache: owner side (between owner_enter and owner_exit) -------------------------------
+
+  Cache *this_thread_cache() noexcept {
+    ThreadCacheDirectory &directory = this_thread_caches;
+    if (directory.hint_id == id_) [[likely]]
+      return static_cast<Cache *>(directory.hint);
+    return find_or_register_cache();
+  }
+
+  [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
+    if (this_thread_caches.torn_down) return nullptr;
+    // The id names a pool of this very type, so the cast is exact.
+    if (ThreadCacheLink *found = find_thread_cache(id_)) return static_cast<Cache *>(found);
+    Cache *cache = nullptr;
+    try {
+      cache = new Cache(*this, device_count_);
+      std::lock_guard lock(registry_lock_);
+      if (registry_closed_) {  // a lease ending after its pool: no new cache for a dead pool
+        delete cache;
+        return nullptr;
+      }
+      collect_abandoned_caches();
+      caches_.push_back(cache);
+    } catch (const std::bad_alloc &) {
+      delete cache;
+      return nullptr;
+    }
+    if (add_thread_cache(id_, cache)) return cache;
+    cache->on_thread_exit();  // registered, but the thread cannot find it: abandon it at once
+    return nullptr;
+  }
+
+  bool take_from_cache(Cache &cache, int device, handle_type &handle) noexcept {
+    auto &magazines = cache.owner_magazines(device);
+    Magazine *loaded = magazines.loaded.magazine;
+    if (loaded == nullptr || loaded->empty()) [[unlikely]] {
+      if (!refill_cache(magazines, device)) return false;
+      loaded = magazines.loaded.magazine;
+    }
+    handle = loaded->handles[--loaded->count];
+    return true;
+  }
+
+  // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.
+  [[gnu::noinline]] bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
+    if (magazines.previous.magazine != nullptr && !magazines.previous.magazine->empty()) {
+      std::swap(magazines.loaded, magazines.previous);
+      return true;
+    }
+    DeviceDepot &depot = depots_[device];
+    const std::uint32_t filled = depot.take_filled(arena_, max_idle_);
+    if (filled == kNilIndex) return false;
+    // Both held magazines are empty (or absent): keep one as `previous`, give the other back.
+    if (magazines.previous.magazine != nullptr) depot.give_empty(magazines.previous.index, arena_);
+    magazines.previous = magazines.loaded;
+    magazines.loaded = slot_of(filled);
+    return true;
+  }
+
+  void put_into_cache(Cache &cache, int device, handle_type handle) {
+    auto &magazines = cache.owner_magazines(device);
+    Magazine *loaded = magazines.loaded.magazine;
+    if (loaded == nullptr || loaded->full()) [[unlikely]] {
+      make_room_in_cache(magazines, device);
+      loaded = magazines.loaded.magazine;
+    }
+    loaded->handles[loaded->count++] = handle;
+  }
+
+  // Loaded is full (or absent): swap in an empty previous, or hand a full magazine to the depot
+  // (destroying its events over the idle limit) and load an empty one. Throws only before
+  // changing anything (no empty magazine to be had).
+  [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
+    if (magazines.previous.magazine != nullptr && magazines.previous.magazine->empty()) {
+      std::swap(magazines.loaded, magazines.previous);
+      return;
+    }
+    DeviceDepot &depot = depots_[device];
+    const Slot fresh = slot_of(depot.take_empty(arena_));
+    if (magazines.loaded.magazine == nullptr) {
+      magazines.loaded = fresh;
+      return;
+    }
+    if (magazines.previous.magazine != nullptr &&
+        !depot.give_filled(magazines.previous.index, arena_, max_idle_)) {
+      // The depot is at its limit: the previous magazine's events go, and it is reused.
+      destroy_events(*magazines.previous.magazine);
+      depot.give_empty(fresh.index, arena_);
+      std::swap(magazines.loaded, magazines.previous);
+      return;
+    }
+    magazines.previous = magazines.loaded;
+    magazines.loaded = fresh;
+  }
+
+  // ---- The cache: purger side (under registry_lock_) --------------------------------------------
+
+  // Empties every cache: destroys their events, or moves them to the depots if `keep_events`.
+  void drain_caches(bool keep_events) noexcept {
+    std::lock_guard lock(registry_lock_);
+    collect_abandoned_caches();
+    for (Cache *cache : caches_) cache->purger_request(Cache::kDraining);
+    Fence::purger_fence();
+    for (Cache *cache : caches_) {
+      cache->purger_wait_until_idle();
+      for_each_magazine(*cache, [&](Slot &slot, int device) {
+        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(*slot.magazine);
+      });
+      cache->purger_reopen();
+    }
+  }
+
+  // Hands the slot's magazine to the depot and puts an empty one in its place; false (nothing
+  // changed) if the depot is at its limit or no empty magazine can be had.
+  bool swap_into_depot(Slot &slot, DeviceDepot &depot) noexcept {
+    if (slot.magazine->empty()) return true;
+    std::uint32_t spare = depot.take_spare_empty(arena_);
+    if (spare == kNilIndex) {
+      try {
+        spare = arena_.allocate();
+      } catch (...) {
+        return false;
+      }
+    }
+    if (!depot.give_filled(slot.index, arena_, max_idle_)) {
+      depot.give_empty(spare, arena_);
+      return false;
+    }
+    slot = slot_of(spare);
+    return true;
+  }
+
+  // Collects the caches of exited threads: what they still hold goes to the depots, their lease
+  // counts to the balance.
+  void collect_abandoned_caches() noexcept {
+    std::erase_if(caches_, [this](Cache *cache) {
+      if (!cache->abandoned()) return false;
+      return_magazines(*cache);
+      // Relaxed: the bias keeps the balance above zero while the pool lives.
+      lease_balance_.fetch_add(cache->purger_leases(), std::memory_order_relaxed);
+      cache->let_go();
+      return true;
+    });
+  }
+
+  // Every magazine goes to its depot (filled, or empty; over the limit its events are
+  // destroyed), and the cache holds none. By the owner at exit, or by a purger.
+  void return_magazines(Cache &cache) noexcept {
+    for_each_magazine(cache, [this](Slot &slot, int device) {
+      DeviceDepot &depot = depots_[device];
+      if (slot.magazine->empty() || !depot.give_filled(slot.index, arena_, max_idle_)) {
+        destroy_events(*slot.magazine);
+        depot.give_empty(slot.index, arena_);
+      }
+      slot = Slot{};
+    });
+  }
+
+  template <class Visit>
+  static void for_each_magazine(Cache &cache, Visit &&visit) noexcept {
+    for (int device = 0; device < cache.device_count(); ++device) {
+      auto &magazines = cache.purger_magazines(device);
+      for (Slot *slot : {&magazines.loaded, &magazines.previous})
+        if (slot->magazine != nullptr) visit(*slot, device);
+    }
+  }
+
+  // ---- The depot ---------------------------------------------------------------------------------
+
+  Slot slot_of(std::uint32_t index) noexcept { return Slot{&arena_[index], index}; }
+
+  void destroy_events(Magazine &magazine) noexcept {
+    for (std::uint32_t i = 0; i < magazine.count; ++i) backend_.destroy(magazine.handles[i]);
+    magazine.count = 0;
+  }
+
+  // A magazine the caller filled goes to the depot; over the limit its events are destroyed.
+  void give_to_depot(std::uint32_t index, DeviceDepot &depot) noexcept {
+    Magazine &magazine = arena_[index];
+    if (!magazine.empty() && depot.give_filled(index, arena_, max_idle_)) return;
+    destroy_events(magazine);
+    depot.give_empty(index, arena_);
+  }
+
+  // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one
+  // cut down) and destroys the others. Events given to the depot meanwhile may stay.
+  void trim_depot(int device, std::size_t keep) noexcept {
+    DeviceDepot &depot = depots_[device];
+    std::uint32_t kept_first = kNilIndex, kept_last = kNilIndex;
+    std::size_t kept = 0;
+    // The chain is ours alone since take_all_filled; relaxed reads of `next` are ordered by it.
+    for (std::uint32_t index = depot.take_all_filled(); index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
+      const std::size_t room = keep - kept;
+      if (magazine.count > room) {
+        const auto excess = static_cast<std::uint32_t>(magazine.count - room);
+        for (std::uint32_t i = 0; i < excess; ++i) backend_.destroy(magazine.handles[--magazine.count]);
+        depot.release_places(excess, max_idle_);
+      }
+      if (magazine.empty()) {
+        depot.give_empty(index, arena_);
+      } else {
+        kept += magazine.count;
+        if (kept_last == kNilIndex)
+          kept_first = index;
+        else
+          arena_[kept_last].next.store(index, std::memory_order_relaxed);
+        kept_last = index;
+      }
+      index = next;
+    }
+    if (kept_first != kNilIndex) depot.restore_filled(kept_first, kept_last, arena_);
+  }
+
+  // ---- fork() ------------------------------------------------------------------------------------
 
   void forget_events_of_parent_process() noexcept {
     fork_guard_.check([this] {
-      for (int device = 0; device < device_count_; ++device) {
-        drain_idle_events(devices_[device], 0, /*destroy=*/false);
-        // Places held by leases of the parent's events are never given back: start from zero.
-        devices_[device].events.value.idle.store(0, std::memory_order_relaxed);
+      for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
+      if constexpr (kCached) {
+        // No thread of the child can hold the lock or be inside a cache: they all wait for us.
+        registry_lock_.reset_in_child();
+        std::int64_t leased = 0;
+        for (Cache *cache : caches_) leased += cache->forget_in_child();
+        lease_balance_.fetch_add(leased, std::memory_order_relaxed);
       }
     });
   }
+
+  // ---- Arguments -----------------------------------------------------------------------------
 
   int resolve_device(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
@@ -316,10 +559,19 @@ class EventPoolCore {
   unsigned event_flags_;
   std::size_t max_idle_;
   int device_count_ = 0;
-  std::atomic<std::uint64_t> references_{1};
+  const std::uint64_t id_ = next_pool_id();
   ForkGuard fork_guard_;
   Arena arena_;
-  std::unique_ptr<DeviceLists[]> devices_;
+  std::unique_ptr<DeviceDepot[]> depots_;
+
+  // Leases, and the end of the pool (see the rationale).
+  alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};
+  atomic<bool> closed_{false};
+
+  // The registry of thread caches, under registry_lock_.
+  RegistryLock<Policy::template atomic> registry_lock_;
+  std::vector<Cache *> caches_;
+  bool registry_closed_ = false;
 };
 
 }  // namespace evpool::detail

@@ -1,0 +1,82 @@
+// evpool: the fence pair that lets a cache's owner announce itself without a full fence, while a
+// purger that must see the announcement pays for both. Private to the library.
+//
+// Design rationale
+// ----------------
+// A per-thread cache is touched by its owner on every Get and Put, and by a purger (Purge, Trim,
+// the pool's destructor) a few times in the program's life. They exclude each other with two words
+// per cache, Dekker style (see thread_cache.h):
+//
+//   owner:  busy = 1;  FENCE_O;  if (bypass) back off        purger:  bypass = 1;  FENCE_P;  wait while busy
+//
+// Each side stores its word, then loads the other's. Without fences both loads may see 0 (x86
+// reorders a store with a later load; Arm reorders everything), and the owner would fill a
+// magazine that the purger is emptying. A full fence on each side fixes it, but costs the owner
+// tens of cycles on every call (mfence or a locked instruction), which is the price the cache
+// exists to avoid.
+//
+// The asymmetric pair moves the whole cost to the rare side: the owner needs only a compiler
+// barrier, and the purger calls membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes every
+// running thread of the process execute a full barrier (an IPI) before it returns; a thread that is
+// not running passes through one when it is switched out. So either the owner's load comes after
+// that barrier and sees bypass = 1, or its store of busy came before it and the purger sees busy = 1.
+// This is folly's asymmetric_thread_fence_light/heavy and the scheme of the kernel's sys_membarrier
+// documentation; it needs Linux 4.14 or later and a one-time registration per process (kept across
+// fork()).
+//
+// Where membarrier is missing (an old kernel, a seccomp filter that refuses it), owners fall back
+// to a full fence: the first pool constructed finds out, once per process.
+//
+// ThreadSanitizer models neither membarrier nor std::atomic_thread_fence. A TSan build therefore
+// uses SymmetricFence (chosen by the pool policy): the owner's announcement is a seq_cst exchange
+// and both loads are seq_cst, so the total order of seq_cst operations gives the same exclusion,
+// with happens-before edges TSan can see. Production code never pays for it.
+#pragma once
+
+#include <atomic>
+
+#include "evpool/export.h"
+
+namespace evpool::detail {
+
+/// Registers the process for membarrier once; false if owners must use full fences instead.
+/// Thread-safe; the answer is computed once per process.
+EVPOOL_API bool asymmetric_fence_available() noexcept;
+
+/// True until asymmetric_fence_available() has found membarrier working: owners then need only a
+/// compiler barrier. Written once, from true to false, before the first cache exists; a stale
+/// `true` only makes an owner fence more than it must.
+EVPOOL_API extern std::atomic<bool> owners_fence_fully;
+
+/// The heavy side: after it returns, every store made by any thread of this process before that
+/// thread's last compiler barrier is visible to the caller, or that thread's later loads see the
+/// caller's earlier stores. A full fence when asymmetric_fence_available() is false.
+EVPOOL_API void heavy_fence() noexcept;
+
+/// The production pair: a compiler barrier for owners, membarrier for purgers.
+struct AsymmetricFence {
+  template <class Atomic>
+  static void announce(Atomic &busy) noexcept {
+    busy.store(1, std::memory_order_relaxed);
+    // The owner's half of the pair.
+    // Relaxed: a constant after the first pool's construction (see owners_fence_fully).
+    if (owners_fence_fully.load(std::memory_order_relaxed)) [[unlikely]]
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  static void purger_fence() noexcept { heavy_fence(); }
+  static bool prepare() noexcept { return asymmetric_fence_available(); }
+};
+
+/// The ThreadSanitizer pair: seq_cst on both sides, nothing TSan cannot model.
+struct SymmetricFence {
+  template <class Atomic>
+  static void announce(Atomic &busy) noexcept {
+    busy.exchange(1, std::memory_order_seq_cst);
+  }
+  static void purger_fence() noexcept {}
+  static bool prepare() noexcept { return false; }
+};
+
+}  // namespace evpool::detail

@@ -1,0 +1,178 @@
+// evpool: the depot, one device's shared store of idle events, kept in magazines. Private to the
+// library.
+//
+// Design rationale
+// ----------------
+// A magazine is an arena node that holds up to Capacity idle events (Bonwick and Adams, "Magazines
+// and Vmem", USENIX 2001; illumos kmem.c). The depot of a device keeps two lock-free stacks of them
+// (tagged_index_stack.h):
+//
+//   filled: magazines holding at least one event        empty: magazines holding none
+//
+// Per-thread caches (thread_cache.h) trade whole magazines with the depot: a thread whose cache
+// ran dry takes a filled magazine (one compare-exchange buys Capacity Gets), and a thread whose
+// cache overflowed hands over a full one. So the shared words are written once per Capacity
+// operations instead of once per operation.
+//
+// Single events move too: without caches (Capacity 1), and when a cache is bypassed (during a
+// Purge, while a thread is being torn down), Get takes one event out of a filled magazine and
+// returns the magazine to `filled` or `empty`, and Put fills a magazine from `empty` (or a new
+// node) with one event. With Capacity 1 this is exactly the design the caches were added to: per
+// device, a stack of nodes holding one idle event each and a stack of spare nodes.
+//
+// Idle limit: with a finite limit, `idle` counts the events the depot holds (beside the filled
+// stack's head: no extra cache line). A magazine or event enters only after reserving its places
+// in the count, and leaves after releasing them, so the depot never holds more than the limit.
+// What the caches hold is bounded separately (two magazines per thread and device; see
+// event_pool_core.h). Without a limit the count is not kept.
+//
+// Magazine layout (one node, alone on its 128-byte lines):
+//
+//   | next (u32) | count (u32) | handles[0] ... handles[Capacity - 1] | padding to 128 bytes |
+//
+// `next` links the node into one depot stack and is atomic (a popper may read it while another
+// thread reuses the node; see node_arena.h). `count` and `handles` are plain: whoever holds the
+// magazine (a thread's cache, a draining purger, or no one while it sits on a stack) is the only
+// one to touch them, and the stacks' release/acquire publish them from one holder to the next.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/node_arena.h"
+#include "evpool/detail/tagged_index_stack.h"
+
+namespace evpool::detail {
+
+inline constexpr std::size_t kUnlimitedIdle = static_cast<std::size_t>(-1);
+
+template <class Handle, unsigned Capacity, template <class> class Atomic>
+struct alignas(kFalseSharingRange) Magazine {
+  static_assert(Capacity >= 1);
+  using handle_type = Handle;
+  static constexpr std::uint32_t kCapacity = Capacity;
+
+  Atomic<std::uint32_t> next{kNilIndex};
+  std::uint32_t count = 0;
+  Handle handles[Capacity] = {};
+
+  bool full() const noexcept { return count == Capacity; }
+  bool empty() const noexcept { return count == 0; }
+};
+
+/// One device's filled and empty magazines. Every member is thread-safe and lock-free apart from
+/// the arena's allocation of a new node (operator new).
+template <class Magazine, template <class> class Atomic, class Stack>
+class Depot {
+ public:
+  using Arena = NodeArena<Magazine, Atomic>;
+  using Handle = typename Magazine::handle_type;
+
+  /// A magazine from `filled` (count >= 1), or kNilIndex. The caller owns it; its events no longer
+  /// count as the depot's (their places are released).
+  std::uint32_t take_filled(Arena &arena, std::size_t limit) noexcept {
+    const std::uint32_t index = filled_.value.stack.pop(arena);
+    if (index != kNilIndex) release_places(arena[index].count, limit);
+    return index;
+  }
+
+  /// Hands the magazine `index` (count >= 1) to the depot if its events fit under `limit`;
+  /// otherwise returns false and the caller keeps it.
+  bool give_filled(std::uint32_t index, Arena &arena, std::size_t limit) noexcept {
+    if (!reserve_places(arena[index].count, limit)) return false;
+    filled_.value.stack.push(index, arena);
+    return true;
+  }
+
+  /// Puts back a chain of magazines got from take_all_filled (first -> ... -> last, linked through
+  /// `next`) whose events still hold their places.
+  void restore_filled(std::uint32_t first, std::uint32_t last, Arena &arena) noexcept {
+    filled_.value.stack.push_chain(first, last, arena);
+  }
+
+  /// An empty magazine, reused or new. Throws std::bad_alloc or std::length_error (arena full);
+  /// then nothing changed.
+  std::uint32_t take_empty(Arena &arena) {
+    const std::uint32_t index = empty_.value.pop(arena);
+    return index != kNilIndex ? index : arena.allocate();
+  }
+  /// An empty magazine if one is spare, else kNilIndex. Never allocates.
+  std::uint32_t take_spare_empty(Arena &arena) noexcept { return empty_.value.pop(arena); }
+
+  void give_empty(std::uint32_t index, Arena &arena) noexcept { empty_.value.push(index, arena); }
+
+  /// One event out of the depot, or false if it holds none.
+  bool take_one(Handle &out, Arena &arena, std::size_t limit) noexcept {
+    const std::uint32_t index = filled_.value.stack.pop(arena);
+    if (index == kNilIndex) return false;
+    release_places(1, limit);
+    Magazine &magazine = arena[index];
+    out = magazine.handles[--magazine.count];
+    // The rest of the magazine's events still hold their places: no second reservation.
+    if (magazine.empty())
+      empty_.value.push(index, arena);
+    else
+      filled_.value.stack.push(index, arena);
+    return true;
+  }
+
+  /// Keeps one event. Returns false if it does not fit under `limit` (the caller still owns it).
+  /// Throws what take_empty throws; then nothing changed.
+  bool give_one(Handle handle, Arena &arena, std::size_t limit) {
+    if (!reserve_places(1, limit)) return false;
+    std::uint32_t index;
+    try {
+      index = take_empty(arena);
+    } catch (...) {
+      release_places(1, limit);
+      throw;
+    }
+    Magazine &magazine = arena[index];
+    magazine.handles[0] = handle;
+    magazine.count = 1;
+    filled_.value.stack.push(index, arena);
+    return true;
+  }
+
+  /// Detaches every filled magazine at once; the caller owns the chain (linked through `next`)
+  /// and must restore each magazine or release its events' places.
+  std::uint32_t take_all_filled() noexcept { return filled_.value.stack.pop_all(); }
+
+  /// Releases `count` places of events that left the depot's accounting for good.
+  void release_places(std::uint64_t count, std::size_t limit) noexcept {
+    // Relaxed: the count orders nothing; it only bounds how many events are kept.
+    if (limit != kUnlimitedIdle) filled_.value.idle.fetch_sub(count, std::memory_order_relaxed);
+  }
+
+  /// Forgets everything (a fork() child's view of its parent's events): no event is destroyed.
+  void forget_all(Arena &arena) noexcept {
+    for (std::uint32_t index = take_all_filled(); index != kNilIndex;) {
+      const std::uint32_t next = arena[index].next.load(std::memory_order_relaxed);
+      arena[index].count = 0;
+      give_empty(index, arena);
+      index = next;
+    }
+    filled_.value.idle.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  bool reserve_places(std::uint64_t count, std::size_t limit) noexcept {
+    if (limit == kUnlimitedIdle) return true;
+    // Relaxed, as in release_places. Reserve first, then check: concurrent reservers can never
+    // together overshoot the limit, and one that does not fit gives its places straight back.
+    if (filled_.value.idle.fetch_add(count, std::memory_order_relaxed) + count <= limit) return true;
+    filled_.value.idle.fetch_sub(count, std::memory_order_relaxed);
+    return false;
+  }
+
+  struct FilledStack {
+    Stack stack;
+    Atomic<std::uint64_t> idle{0};  // kept only with a finite idle limit
+  };
+  CacheLinePadded<FilledStack> filled_;
+  CacheLinePadded<Stack> empty_;
+};
+
+}  // namespace evpool::detail

@@ -1,0 +1,177 @@
+// evpool: one thread's cache of idle events for one pool, and the protocol that lets other threads
+// empty it. Private to the library.
+//
+// Design rationale
+// ----------------
+// The magazine layer of Bonwick and Adams (illumos kmem.c), per thread instead of per CPU: for each
+// device the cache holds a `loaded` and a `previous` magazine (depot.h). Get takes from `loaded`;
+// when it is empty and `previous` is full the two swap; when both are empty a filled magazine comes
+// from the depot. Put mirrors it. So a thread touches shared memory at most once every Capacity
+// operations, and alternating Get/Put at a magazine boundary cannot thrash the depot (the two
+// magazines absorb it). Every Get and Put from the cache is a load, a store and a compare: no
+// atomic read-modify-write, no full fence.
+//
+// Who may touch a cache. The owner thread, on every call, and a purger (Purge, Trim, the pool's
+// destructor, the collection of an exited thread's cache), rarely, under the pool's registry lock.
+// They exclude each other with two words, Dekker style, the owner's side made cheap by an
+// asymmetric fence (asymmetric_fence.h):
+//
+//   owner (owner_enter/owner_exit)           purger (purger_request/purger_wait_until_idle/...)
+//   busy = 1                                 bypass = kDraining or kClosed
+//   light fence (compiler barrier)           heavy fence (membarrier)
+//   if bypass != kOpen: busy = 0, go around  while busy: wait
+//   ... use the magazines ...                ... use the magazines ...
+//   busy = 0 (release)                       bypass = kOpen (release), unless closed
+//
+// Either the owner sees `bypass` and does not touch its magazines (it goes to the depot directly
+// instead, or, for a closed pool, destroys what it returns), or the purger sees `busy` and waits for
+// the owner's current call to end. The waiting is the price: a purger may wait for a thread that is
+// in the middle of one Get or Put on this pool (a few dozen instructions, unless that thread is
+// descheduled right there). It never waits for an idle thread, asleep or not: an idle owner has
+// busy == 0, so its cache is emptied under its feet, which jemalloc's tcache cannot do.
+//
+// Lifetime. The cache is owned jointly by its thread (through the thread's directory,
+// thread_cache_directory.h) and its pool (through the pool's registry); `owners` counts the two,
+// and whoever lets go last deletes it. A thread that exits flushes its magazines to the depot and
+// lets go; the pool collects the cache under its registry lock. A pool that is destroyed closes the
+// cache (bypass = kClosed, for good) and lets go; the thread drops it when it next looks it up, or
+// when it exits. Neither waits for the other.
+//
+// Leases. `leases` counts the leases this thread began minus those it ended, for this pool; a
+// lease may end on another thread, so single counts go negative, and only the sum over every cache
+// (plus what the pool keeps for exited threads and bypassing calls) means anything. The owner
+// writes it with a plain load and store; readers read it only once the cache is quiescent.
+//
+// Layout: the words the owner writes on every call share the first 128 bytes; nothing another
+// thread writes often lies there.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/node_arena.h"
+#include "evpool/detail/thread_cache_directory.h"
+
+namespace evpool::detail {
+
+/// `Pool` provides `Magazine`, `atomic<T>`, `Fence` and `flush_exiting_cache(ThreadCache &)`.
+template <class Pool>
+class ThreadCache final : public ThreadCacheLink {
+ public:
+  using Magazine = typename Pool::Magazine;
+  template <class T>
+  using Atomic = typename Pool::template atomic<T>;
+  using Fence = typename Pool::Fence;
+
+  enum Bypass : std::uint32_t { kOpen = 0, kDraining = 1, kClosed = 2 };
+
+  /// A magazine held by the cache: its address for the fast path, its index for the depot.
+  struct Slot {
+    Magazine *magazine = nullptr;
+    std::uint32_t index = kNilIndex;
+  };
+  struct DeviceMagazines {
+    Slot loaded, previous;
+  };
+
+  ThreadCache(Pool &pool, int devices)
+      : devices_(std::make_unique<DeviceMagazines[]>(static_cast<std::size_t>(devices))),
+        device_count_(devices), pool_(pool) {}
+
+  // ---- Owner side: only the thread whose directory holds the cache ----------------------------
+
+  /// Announces a call. False: a purger holds the cache (or the pool is closed); do not touch it.
+  bool owner_enter() noexcept {
+    Fence::announce(busy_);
+    // Seq_cst: the load half of the Dekker pair (plain on x86, ldar on Arm). On the success path
+    // it also acquires the purger's release of kOpen, so the owner sees what the purger did.
+    if (bypass_.load(std::memory_order_seq_cst) == kOpen) [[likely]]
+      return true;
+    owner_exit();
+    return false;
+  }
+  /// Ends the call. Release: a purger that sees busy == 0 sees everything the call did.
+  void owner_exit() noexcept { busy_.store(0, std::memory_order_release); }
+
+  DeviceMagazines &owner_magazines(int device) noexcept { return devices_[device]; }
+
+  void owner_count_leases(std::int64_t delta) noexcept {
+    // Relaxed load and store, no read-modify-write: only the owner writes the count.
+    leases_.store(leases_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
+
+  /// Whether the pool has closed the cache for good (the owner then returns events by itself).
+  bool closed() const noexcept { return bypass_.load(std::memory_order_acquire) == kClosed; }
+
+  // ---- Purger side: under the pool's registry lock ---------------------------------------------
+
+  /// Step 1: every later owner_enter fails. Seq_cst: the store half of the Dekker pair; follow it
+  /// with Fence::purger_fence() before waiting.
+  void purger_request(Bypass state) noexcept { bypass_.store(state, std::memory_order_seq_cst); }
+
+  /// Step 2: waits for the owner's call in progress, if any, to end. Seq_cst (acquire at least):
+  /// pairs with owner_exit, so the purger sees the magazines as the owner left them.
+  void purger_wait_until_idle() noexcept {
+    while (busy_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  }
+
+  DeviceMagazines &purger_magazines(int device) noexcept { return devices_[device]; }
+  int device_count() const noexcept { return device_count_; }
+  std::int64_t purger_leases() const noexcept { return leases_.load(std::memory_order_relaxed); }
+
+  /// Step 3: the owner may use its cache again. Release: its next owner_enter sees our changes.
+  void purger_reopen() noexcept { bypass_.store(kOpen, std::memory_order_release); }
+
+  /// Whether the owner thread has exited (its last use of the cache happened before).
+  bool abandoned() const noexcept { return abandoned_.load(std::memory_order_acquire); }
+
+  /// In a fork() child, where the owner may not exist: forget the magazines (their events are the
+  /// parent's; the nodes stay with the arena), hand the lease count to the caller, and make the
+  /// cache usable again. Only the child's single forgetting thread runs this.
+  std::int64_t forget_in_child() noexcept {
+    for (int device = 0; device < device_count_; ++device) devices_[device] = DeviceMagazines{};
+    const std::int64_t leases = leases_.load(std::memory_order_relaxed);
+    leases_.store(0, std::memory_order_relaxed);
+    busy_.store(0, std::memory_order_relaxed);
+    bypass_.store(kOpen, std::memory_order_relaxed);
+    return leases;
+  }
+
+  // ---- Either owner ------------------------------------------------------------------------------
+
+  /// The thread or the pool lets go; the last one deletes the cache.
+  void let_go() noexcept {
+    // Acq_rel: the deleter sees every use of the cache by the other owner.
+    if (owners_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // ThreadCacheLink: called by the thread's directory.
+  void on_thread_exit() noexcept override {
+    if (owner_enter()) {
+      pool_.flush_exiting_cache(*this);
+      owner_exit();
+    }
+    // Release: the pool's collection of the cache sees the flush and the final lease count.
+    abandoned_.store(true, std::memory_order_release);
+    let_go();
+  }
+  bool stale() const noexcept override { return closed(); }
+  void drop() noexcept override { let_go(); }
+
+ private:
+  // Hot: the owner writes busy_ (and leases_) on every call, the purger writes bypass_ rarely; the
+  // magazine table's address is read on every call.
+  alignas(kFalseSharingRange) Atomic<std::uint32_t> busy_{0};
+  Atomic<std::uint32_t> bypass_{kOpen};
+  Atomic<std::int64_t> leases_{0};
+  std::unique_ptr<DeviceMagazines[]> devices_;
+  int device_count_;
+  // Cold: written once or twice in the cache's life.
+  alignas(kFalseSharingRange) Atomic<std::uint32_t> owners_{2};
+  Atomic<bool> abandoned_{false};
+  Pool &pool_;
+};
+
+}  // namespace evpool::detail

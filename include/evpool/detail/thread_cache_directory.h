@@ -1,0 +1,116 @@
+// evpool: each thread's directory of its caches, found by pool id. Private to the library.
+//
+// Design rationale
+// ----------------
+// A thread keeps one cache per pool it uses (thread_cache.h). The directory maps a pool's id to
+// the thread's cache for it: ids come from one process-wide counter (next_pool_id, in the library
+// so that every shared object draws from the same one) and are never reused, so a pool that is
+// created at the address of a destroyed one can never be handed the dead pool's cache (keying by
+// address would).
+//
+// The fast path is one thread-local compare: the directory remembers the last pool looked up
+// (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
+// reaching it costs no guard and no call (`constinit thread_local`); its cleanup at thread exit is
+// the job of a second thread-local object (`ThreadExitFlush`) that is constructed only when the
+// thread registers its first cache. When the thread exits, that object flushes every cache back
+// to its pool and marks the directory torn down; calls made after that (from other thread-local
+// destructors, or during process exit) find `torn_down` and bypass the cache, as snmalloc points a
+// dying thread at an always-miss placeholder.
+//
+// Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
+// lookup or thread exit drops them; they hold no events.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+#include "evpool/export.h"
+
+namespace evpool::detail {
+
+/// A new pool id: unique for the process's lifetime, never 0. Thread-safe.
+EVPOOL_API std::uint64_t next_pool_id() noexcept;
+
+/// What the directory needs of a cache, whatever its pool's type.
+class ThreadCacheLink {
+ public:
+  /// The owner thread is exiting: flush to the pool if it is alive, then let go of the cache.
+  virtual void on_thread_exit() noexcept = 0;
+  /// The pool was destroyed: the cache is useless to the thread.
+  virtual bool stale() const noexcept = 0;
+  /// The thread lets go of the cache without flushing (it is stale).
+  virtual void drop() noexcept = 0;
+
+ protected:
+  ~ThreadCacheLink() = default;
+};
+
+struct ThreadCacheDirectory {
+  struct Entry {
+    std::uint64_t pool_id;
+    ThreadCacheLink *cache;
+  };
+  std::uint64_t hint_id = 0;  // pool ids start at 1: 0 matches nothing
+  ThreadCacheLink *hint = nullptr;
+  std::vector<Entry> *entries = nullptr;  // allocated with the first cache
+  bool torn_down = false;
+};
+
+inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
+
+/// Flushes this thread's caches when it exits (see the rationale above).
+struct ThreadExitFlush {
+  ~ThreadExitFlush() {
+    ThreadCacheDirectory &directory = this_thread_caches;
+    directory.torn_down = true;
+    directory.hint_id = 0;
+    directory.hint = nullptr;
+    if (directory.entries == nullptr) return;
+    for (const auto &entry : *directory.entries) entry.cache->on_thread_exit();
+    delete directory.entries;
+    directory.entries = nullptr;
+  }
+};
+
+/// The calling thread's cache for `pool_id`, or nullptr; drops stale caches on the way. Sets the
+/// hint when found. Owner thread only.
+inline ThreadCacheLink *find_thread_cache(std::uint64_t pool_id) noexcept {
+  ThreadCacheDirectory &directory = this_thread_caches;
+  if (directory.entries == nullptr) return nullptr;
+  auto &entries = *directory.entries;
+  ThreadCacheLink *found = nullptr;
+  std::erase_if(entries, [&](const ThreadCacheDirectory::Entry &entry) {
+    if (entry.pool_id == pool_id) {
+      found = entry.cache;
+      return false;
+    }
+    if (!entry.cache->stale()) return false;
+    if (directory.hint == entry.cache) directory.hint_id = 0, directory.hint = nullptr;
+    entry.cache->drop();
+    return true;
+  });
+  if (found != nullptr) directory.hint_id = pool_id, directory.hint = found;
+  return found;
+}
+
+/// Adds the calling thread's new cache for `pool_id` and makes it the hint. False if no memory
+/// (then nothing changed). Owner thread only.
+inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
+  ThreadCacheDirectory &directory = this_thread_caches;
+  try {
+    // Constructed once per thread, the first time it gets here; its destructor runs at exit.
+    thread_local ThreadExitFlush flush_at_exit;
+    (void)flush_at_exit;
+    if (directory.entries == nullptr) directory.entries = new std::vector<ThreadCacheDirectory::Entry>();
+    directory.entries->push_back({pool_id, cache});
+  } catch (const std::bad_alloc &) {
+    return false;
+  }
+  directory.hint_id = pool_id;
+  directory.hint = cache;
+  return true;
+}
+
+}  // namespace evpool::detail
