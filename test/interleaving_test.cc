@@ -38,6 +38,8 @@ struct DeterministicPolicy : DefaultPoolPolicy {
   using atomic = DeterministicAtomic<T>;
   static constexpr unsigned tag_bits = TagBits;
   using backoff = detail::NoBackoff;  // spinning adds steps, not interleavings
+  static constexpr unsigned cache_capacity = 2;  // magazines change hands within a few operations
+  static void spin_wait() noexcept { DeterministicScheduler::yield_to_others(); }
 };
 
 // One operation of a thread's script.
@@ -66,6 +68,7 @@ void run_one_schedule(const Scenario &scenario, Strategy &strategy, Violations &
     std::vector<HostBackend::Event> warm;
     for (int device : scenario.prewarm) warm.push_back(pool.Get(device));
     for (auto &event : warm) pool.Put(std::move(event));
+    pool.FlushThreadCache();  // to the depots, where the scheduled threads find them
   }
   // Only one scheduled thread runs at a time, and the scheduler's hand-offs order them: plain
   // containers are safe here.
@@ -95,6 +98,7 @@ void run_one_schedule(const Scenario &scenario, Strategy &strategy, Violations &
           pool.Trim(1);
         }
       }
+      pool.FlushThreadCache();  // hands the cache to the depot while the scheduler still runs us
     });
   DeterministicScheduler::run(bodies, strategy);
 

@@ -91,6 +91,12 @@ class BasicEventPool {
   /// Thread-safety and progress as Purge. Never throws.
   void Trim(std::size_t keep_per_device) noexcept { core_->Trim(keep_per_device); }
 
+  /// Moves the calling thread's cached events of this pool to the depots, where any thread's Get
+  /// finds them (a thread does this by itself when it exits). For a thread that is about to sleep
+  /// for long while others keep working. Thread-safe; lock-free apart from destroying events over
+  /// the idle limit. Never throws.
+  void FlushThreadCache() noexcept { core_->FlushThreadCache(); }
+
   /// Creates `count` events on `device` (-1: the current device) and puts them into the device's
   /// depot, not the caller's cache, so that the first `count` Gets hit on any thread; schedulers
   /// call it before their first step. A magazine of them that does not fit under the idle limit

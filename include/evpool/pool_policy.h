@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <thread>
 
 #include "evpool/detail/asymmetric_fence.h"
 #include "evpool/detail/backoff.h"
@@ -35,6 +36,10 @@ struct DefaultPoolPolicy {
   /// Events per magazine of the per-thread caches (see detail/thread_cache.h); 0: no caches, every
   /// Get and Put goes to the shared per-device stacks.
   static constexpr unsigned cache_capacity = 32;
+
+  /// What a thread does while it waits for another (for the registry lock, or for a call in
+  /// progress to end before a Purge): give up the CPU. Tests substitute a scheduler hand-over.
+  static void spin_wait() noexcept { std::this_thread::yield(); }
 
   /// How a cache's owner and a purger exclude each other: a compiler barrier for the owner and
   /// membarrier for the purger; under ThreadSanitizer, which models neither, seq_cst on both sides.

@@ -11,11 +11,13 @@ namespace {
 struct ScheduledRun {
   explicit ScheduledRun(std::size_t threads, Strategy &s) : finished(threads, false), strategy(s) {}
 
-  // Picks the next thread to run; called with `mutex` held.
-  void pick_next(int current) {
+  // Picks the next thread to run, never `blocked` unless it is the only one left; called with
+  // `mutex` held.
+  void pick_next(int current, int blocked = -1) {
     std::vector<int> runnable;
     for (std::size_t id = 0; id < finished.size(); ++id)
-      if (!finished[id]) runnable.push_back(static_cast<int>(id));
+      if (!finished[id] && static_cast<int>(id) != blocked) runnable.push_back(static_cast<int>(id));
+    if (runnable.empty() && blocked != -1) runnable.push_back(blocked);
     running = runnable.empty() ? -1 : strategy.choose(runnable, current);
   }
 
@@ -86,11 +88,21 @@ void DeterministicScheduler::run(const std::vector<std::function<void()>> &bodie
   for (std::thread &thread : threads) thread.join();
 }
 
-void DeterministicScheduler::yield_point() {
+void DeterministicScheduler::yield_point() { hand_over(false); }
+
+void DeterministicScheduler::yield_to_others() { hand_over(true); }
+
+void DeterministicScheduler::hand_over(bool blocked) {
   ScheduledRun *run = this_run;
-  if (run == nullptr) return;
+  if (run == nullptr) {
+    if (blocked) std::this_thread::yield();
+    return;
+  }
   std::unique_lock<std::mutex> lock(run->mutex);
-  run->pick_next(this_id);
+  if (blocked)
+    run->pick_next(-1, this_id);
+  else
+    run->pick_next(this_id);
   if (run->running == this_id) return;
   run->turn_changed.notify_all();
   run->turn_changed.wait(lock, [&] { return run->running == this_id; });

@@ -58,6 +58,13 @@ class DeterministicScheduler {
   /// Hands control to whichever thread the strategy picks. A no-op on threads that run() does
   /// not manage, so DeterministicAtomic also works outside a scheduled run.
   static void yield_point();
+  /// The calling thread cannot progress until another one runs (it spins on a lock or waits for
+  /// a call to end): hands control to another unfinished thread, as if this one were blocked. A
+  /// plain yield_point would let the strategy keep running the spinner forever.
+  static void yield_to_others();
+
+ private:
+  static void hand_over(bool blocked);
 };
 
 }  // namespace evpool::testing_support

@@ -90,6 +90,7 @@ class EventPoolCore {
   template <class T>
   using atomic = typename Policy::template atomic<T>;
   using Fence = typename Policy::fence;
+  static void spin_wait() noexcept { Policy::spin_wait(); }
 
   static constexpr unsigned kCacheCapacity = Policy::cache_capacity;
   static constexpr bool kCached = kCacheCapacity > 0;
@@ -219,6 +220,20 @@ class EventPoolCore {
     }
     event = event_type();  // destroys what the pool did not take
     settle_leases(-1);     // may delete this: the last action
+  }
+
+  /// The calling thread's cached events go to the depots, where every thread can get them.
+  void FlushThreadCache() noexcept {
+    if constexpr (kCached) {
+      forget_events_of_parent_process();
+      ThreadCacheDirectory &directory = this_thread_caches;
+      Cache *cache = directory.hint_id == id_ ? static_cast<Cache *>(directory.hint)
+                                              : static_cast<Cache *>(find_thread_cache(id_));
+      if (cache != nullptr && cache->owner_enter()) {
+        return_magazines(*cache);
+        cache->owner_exit();
+      }
+    }
   }
 
   int device_count() const noexcept { return device_count_; }
@@ -569,7 +584,7 @@ class EventPoolCore {
   atomic<bool> closed_{false};
 
   // The registry of thread caches, under registry_lock_.
-  RegistryLock<Policy::template atomic> registry_lock_;
+  RegistryLock<Policy::template atomic, Policy> registry_lock_;
   std::vector<Cache *> caches_;
   bool registry_closed_ = false;
 };

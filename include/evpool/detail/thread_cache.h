@@ -48,7 +48,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <thread>
 
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/detail/node_arena.h"
@@ -56,7 +55,8 @@
 
 namespace evpool::detail {
 
-/// `Pool` provides `Magazine`, `atomic<T>`, `Fence` and `flush_exiting_cache(ThreadCache &)`.
+/// `Pool` provides `Magazine`, `atomic<T>`, `Fence`, `spin_wait()` and
+/// `flush_exiting_cache(ThreadCache &)`.
 template <class Pool>
 class ThreadCache final : public ThreadCacheLink {
  public:
@@ -114,7 +114,7 @@ class ThreadCache final : public ThreadCacheLink {
   /// Step 2: waits for the owner's call in progress, if any, to end. Seq_cst (acquire at least):
   /// pairs with owner_exit, so the purger sees the magazines as the owner left them.
   void purger_wait_until_idle() noexcept {
-    while (busy_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    while (busy_.load(std::memory_order_seq_cst) != 0) Pool::spin_wait();
   }
 
   DeviceMagazines &purger_magazines(int device) noexcept { return devices_[device]; }
