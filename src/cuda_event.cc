@@ -1,7 +1,6 @@
 #include "evpool/cuda_event.h"
 
 #include "cuda_runtime_helpers.h"
-#include "scoped_current_device.h"
 
 namespace evpool {
 
@@ -9,10 +8,8 @@ CUDAEvent CUDAEvent::Create(int device_id) { return CreateWithFlags(cudaEventDis
 
 CUDAEvent CUDAEvent::CreateWithFlags(unsigned flags, int device_id) {
   detail::validate_event_flags(flags);
-  detail::ScopedCurrentDevice scope(device_id);
-  cudaEvent_t handle = nullptr;
-  detail::check_cuda(cudaEventCreateWithFlags(&handle, flags), "cudaEventCreateWithFlags");
-  return CUDAEvent(handle, device_id == -1 ? scope.previous() : device_id);
+  const cudaEvent_t handle = detail::create_event_on(device_id, flags);
+  return CUDAEvent(handle, device_id);
 }
 
 void CUDAEvent::reset(cudaEvent_t handle, int device_id) {

@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-#include "cuda_runtime_helpers.h"
 
 namespace evpool {
 namespace {
@@ -19,11 +18,12 @@ std::atomic<CUDAEventPool *> process_pools[kFlagCombinations];
 CUDAEventPool &CUDAEventPool::instance() { return instance_for(cudaEventDisableTiming); }
 
 CUDAEventPool &CUDAEventPool::instance_for(unsigned event_flags) {
-  detail::validate_event_flags(event_flags);
+  // Acquire: pairs with the release below, so a pool found here is fully constructed. A pool
+  // exists only for flags that passed validation when it was constructed.
+  if (event_flags < kFlagCombinations)
+    if (CUDAEventPool *pool = process_pools[event_flags].load(std::memory_order_acquire)) return *pool;
+  auto *fresh = new CUDAEventPool(event_flags);  // validates the flags; may throw: nothing published
   std::atomic<CUDAEventPool *> &slot = process_pools[event_flags];
-  // Acquire: pairs with the release below, so a pool found here is fully constructed.
-  if (CUDAEventPool *pool = slot.load(std::memory_order_acquire)) return *pool;
-  auto *fresh = new CUDAEventPool(event_flags);  // may throw: nothing published
   CUDAEventPool *expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
     return *fresh;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "evpool/cuda_error.h"
+#include "scoped_current_device.h"
 
 namespace evpool::detail {
 
@@ -36,6 +37,14 @@ void validate_event_flags(unsigned flags) {
     reject(" have bits outside cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess");
   if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0)
     reject(" have cudaEventInterprocess without cudaEventDisableTiming");
+}
+
+cudaEvent_t create_event_on(int &device, unsigned flags) {
+  ScopedCurrentDevice scope(device);
+  cudaEvent_t handle = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&handle, flags), "cudaEventCreateWithFlags");
+  if (device == -1) device = scope.previous();
+  return handle;
 }
 
 }  // namespace evpool::detail

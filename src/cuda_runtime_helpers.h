@@ -15,4 +15,9 @@ cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept;
 /// Throws std::invalid_argument, naming the flags, unless CUDA can create events with them.
 void validate_event_flags(unsigned flags);
 
+/// cudaEventCreateWithFlags on `device` (-1: the current one, which `device` then names on
+/// return), with flags already validated; the caller's current device is restored. Throws
+/// CUDAError.
+cudaEvent_t create_event_on(int &device, unsigned flags);
+
 }  // namespace evpool::detail

@@ -1,5 +1,7 @@
 #include "evpool/host_backend.h"
 
+#include "evpool/detail/device_ordinal.h"
+
 #include <string>
 #include <utility>
 
@@ -22,13 +24,6 @@ namespace {
 
 thread_local int current_host_device = 0;
 
-void check_device(int device, int device_count, const char *operation) {
-  if (device < 0 || device >= device_count)
-    throw std::out_of_range(std::string("evpool: HostBackend::") + operation + ": device ordinal " +
-                            std::to_string(device) + " is out of range [0, " +
-                            std::to_string(device_count) + ")");
-}
-
 }  // namespace
 
 HostBackend::HostBackend(int device_count) {
@@ -39,7 +34,7 @@ HostBackend::HostBackend(int device_count) {
 }
 
 HostBackend::handle_type HostBackend::create(unsigned /*flags*/, int device) {
-  check_device(device, state_->device_count, "create");
+  detail::check_device_ordinal(device, state_->device_count, "HostBackend::create");
   const std::uint64_t attempt = state_->create_attempts.fetch_add(1, std::memory_order_relaxed) + 1;
   if (state_->should_fail && state_->should_fail(attempt, device))
     throw HostBackendFault("evpool: injected fault in HostBackend create attempt " +
@@ -60,7 +55,7 @@ int HostBackend::device_count() const noexcept { return state_->device_count; }
 int HostBackend::current_device() const noexcept { return current_host_device; }
 
 void HostBackend::set_current_device(int device) const {
-  check_device(device, state_->device_count, "set_current_device");
+  detail::check_device_ordinal(device, state_->device_count, "HostBackend::set_current_device");
   current_host_device = device;
 }
 

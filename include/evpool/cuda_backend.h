@@ -17,7 +17,8 @@ struct EVPOOL_API CUDABackend {
 
   /// std::invalid_argument for flags CUDA would reject.
   void validate_flags(unsigned flags) const;
-  /// A new event on `device`; the caller's current device is restored. Throws CUDAError.
+  /// A new event on `device` with flags that passed validate_flags; the caller's current device
+  /// is restored. Throws CUDAError.
   cudaEvent_t create(unsigned flags, int device);
   /// Destroys `handle`; errors are ignored (see CUDAEvent's destructor).
   void destroy(cudaEvent_t handle) noexcept;

@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "evpool/detail/depot.h"
+#include "evpool/detail/device_ordinal.h"
 #include "evpool/detail/fork_guard.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/registry_lock.h"
@@ -564,10 +565,7 @@ class EventPoolCore {
   }
 
   void check_device(int device, const char *operation) const {
-    if (device < 0 || device >= device_count_)
-      throw std::out_of_range("evpool: " + std::string(operation) + ": device ordinal " +
-                              std::to_string(device) + " is out of range [0, " +
-                              std::to_string(device_count_) + ")");
+    check_device_ordinal(device, device_count_, operation);
   }
 
   Backend backend_;
