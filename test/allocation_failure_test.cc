@@ -1,14 +1,17 @@
 // Node allocation failure: Put must throw std::bad_alloc before taking ownership, and the pool must
-// stay consistent. The global operator new of this test binary fails on demand.
+// stay consistent, with per-thread caches on and off. The global operator new of this test binary
+// fails on demand.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <new>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "pool_policies.h"
 
 namespace {
 thread_local int allocations_until_failure = -1;  // -1: never fail
@@ -44,42 +47,93 @@ namespace evpool {
 namespace {
 
 using Event = HostBackend::Event;
+using test::BothPolicies;
+using test::kCached;
+using test::PolicyName;
 
-TEST(AllocationFailure, PutThatCannotAllocateANodeThrowsAndTheCallerKeepsItsEvent) {
+template <class Policy>
+class AllocationFailure : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+};
+TYPED_TEST_SUITE(AllocationFailure, BothPolicies, PolicyName);
+
+TYPED_TEST(AllocationFailure, PutThatCannotAllocateANodeThrowsAndTheCallerKeepsItsEvent) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend> pool(backend);
-  // 64 nodes fit in the first chunk; the 65th Put needs a second chunk.
+  typename TestFixture::Pool pool(backend);
+  // The first chunk of the arena holds 64 nodes. Without caches a node holds one event, so the
+  // 65th Put needs a second chunk. With caches a node is a magazine: the thread's cache keeps two
+  // and hands each further full one to the depot, so 64 nodes hold 64 x capacity events and the
+  // Put after them needs the second chunk.
+  constexpr std::size_t kPerNode = kCached<TypeParam> ? TypeParam::cache_capacity : 1;
+  constexpr std::size_t kFitting = 64 * kPerNode;
   std::vector<Event> events;
-  for (int i = 0; i < 65; ++i) events.push_back(pool.Get(0));
-  for (int i = 0; i < 64; ++i) pool.Put(std::move(events[static_cast<std::size_t>(i)]));
-
-  Event &last = events.back();
-  const auto token = last.get();
+  for (std::size_t i = 0; i < kFitting + 10; ++i) events.push_back(pool.Get(0));
+  // The first Put allocates the first chunk; this thread's cache was registered by the Gets, so
+  // from here on a Put allocates only when it needs a new chunk.
+  pool.Put(std::move(events[0]));
   allocations_until_failure = 0;
-  EXPECT_THROW(pool.Put(std::move(last)), std::bad_alloc);
-  EXPECT_EQ(last.get(), token) << "the caller must still own the event";
-  EXPECT_EQ(pool.node_count(), 64u) << "a failed allocation claims no node";
+  std::size_t put = 1;
+  for (; put < events.size(); ++put) {
+    Event &event = events[put];
+    const auto token = event.get();
+    const std::size_t nodes = pool.node_count();
+    try {
+      pool.Put(std::move(event));
+    } catch (const std::bad_alloc &) {
+      EXPECT_EQ(event.get(), token) << "the caller must still own the event";
+      EXPECT_EQ(pool.node_count(), nodes) << "a failed allocation claims no node";
+      break;
+    }
+  }
+  allocations_until_failure = -1;
+  ASSERT_EQ(put, kFitting) << "the Put that needs a second chunk must be the one that throws";
+  EXPECT_EQ(pool.node_count(), 64u);
 
   // The pool still works: the same Put now succeeds, and every event comes back out.
-  pool.Put(std::move(last));
+  for (; put < events.size(); ++put) pool.Put(std::move(events[put]));
   std::vector<Event> again;
-  for (int i = 0; i < 65; ++i) again.push_back(pool.Get(0));
-  EXPECT_EQ(backend.created(), 65u);
+  for (std::size_t i = 0; i < events.size(); ++i) again.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), events.size());
   again.clear();
   pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
-TEST(AllocationFailure, AFailedFirstNodeLeavesAnEmptyWorkingPool) {
+TYPED_TEST(AllocationFailure, AFailedFirstNodeLeavesAnEmptyWorkingPool) {
   HostBackend backend(2);
-  BasicEventPool<HostBackend> pool(backend);
-  Event event = pool.Get(1);
+  typename TestFixture::Pool pool(backend);
+  Event event = pool.Get(1);  // registers this thread's cache (with caches)
   allocations_until_failure = 0;
   EXPECT_THROW(pool.Put(std::move(event)), std::bad_alloc);
+  allocations_until_failure = -1;
   EXPECT_TRUE(event);
   pool.Put(std::move(event));
   EXPECT_EQ(pool.Get(1).device_id(), 1);
   EXPECT_EQ(backend.created(), 1u);
+}
+
+TYPED_TEST(AllocationFailure, AThreadWhoseCacheCannotBeAllocatedUsesTheDepot) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  pool.Reserve(0, 3);
+  std::thread([&] {
+    // The first call of this thread on the pool would register its cache: that allocation fails,
+    // and the call goes to the depot instead.
+    allocations_until_failure = 0;
+    Event event = pool.Get(0);
+    allocations_until_failure = -1;
+    EXPECT_TRUE(event);
+    EXPECT_EQ(backend.created(), 3u) << "the Get hit the depot";
+    pool.Put(std::move(event));
+    for (int i = 0; i < 3; ++i) pool.Put(pool.Get(0));
+  }).join();
+  std::vector<Event> got;
+  for (int i = 0; i < 3; ++i) got.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), 3u);
+  got.clear();
+  pool.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
 }  // namespace

@@ -2,28 +2,34 @@
 // handed between threads and dropped anywhere, Reserve and Trim, all at once on several devices.
 // Checked: no event is held by two unique leases at once, every lease has an event of the device
 // it asked for, and none is lost: once every lease is gone and the pool purged, created = destroyed.
+// Every case runs with per-thread caches on and off.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <ostream>
 #include <random>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "pool_policies.h"
 
 namespace evpool {
 namespace {
 
-using Pool = BasicEventPool<HostBackend>;
+struct LeaseScenario {
+  int threads;
+  bool cached;  // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+};
 
-class LeaseConcurrency : public testing::TestWithParam<int> {};
-
-TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
-  const int threads = GetParam();
+template <class Policy>
+void run_leases(int threads) {
+  using Pool = BasicEventPool<HostBackend, Policy>;
   constexpr int kDevices = 3;
   constexpr int kOperations = 4000;
   HostBackend backend(kDevices);
@@ -33,11 +39,11 @@ TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
     std::vector<std::atomic<std::uint8_t>> held_by_unique(static_cast<std::size_t>(threads) * kOperations + 64);
     std::atomic<int> held_twice{0}, wrong_device{0};
     std::mutex board_mutex;
-    std::vector<Pool::shared_lease> board;  // shared copies in flight between threads
+    std::vector<typename Pool::shared_lease> board;  // shared copies in flight between threads
 
     auto worker = [&](int t) {
       std::mt19937 random(static_cast<unsigned>(t * 31 + 7));
-      std::vector<Pool::unique_lease> mine;
+      std::vector<typename Pool::unique_lease> mine;
       for (int op = 0; op < kOperations; ++op) {
         const int device = static_cast<int>(random() % kDevices);
         switch (random() % 6) {
@@ -64,7 +70,7 @@ TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
             break;
           }
           case 3: {
-            Pool::shared_lease taken;
+            typename Pool::shared_lease taken;
             {
               std::lock_guard<std::mutex> lock(board_mutex);
               if (board.empty()) break;
@@ -97,8 +103,29 @@ TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
   EXPECT_EQ(created, destroyed) << "the pool's destruction must account for every event";
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::Values(2, 4, 8, 16, 32),
-                         [](const auto &info) { return std::to_string(info.param) + "threads"; });
+void PrintTo(const LeaseScenario &scenario, std::ostream *out) {
+  *out << scenario.threads << " threads" << test::policy_suffix(scenario.cached);
+}
+
+class LeaseConcurrency : public testing::TestWithParam<LeaseScenario> {};
+
+TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
+  const LeaseScenario scenario = GetParam();
+  test::with_policy(scenario.cached, [&]<class Policy>() { run_leases<Policy>(scenario.threads); });
+}
+
+std::vector<LeaseScenario> lease_scenarios() {
+  std::vector<LeaseScenario> all;
+  for (bool cached : {true, false})
+    for (int threads : {2, 4, 8, 16, 32}) all.push_back({threads, cached});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::ValuesIn(lease_scenarios()),
+                         [](const auto &info) {
+                           return std::to_string(info.param.threads) + "threads" +
+                                  test::policy_suffix(info.param.cached);
+                         });
 
 }  // namespace
 }  // namespace evpool

@@ -1,4 +1,4 @@
-// Unique and shared leases, through HostBackend.
+// Unique and shared leases, through HostBackend, with per-thread caches on and off.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,15 +9,31 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "pool_policies.h"
 
 namespace evpool {
 namespace {
 
-using Pool = BasicEventPool<HostBackend>;
+using test::BothPolicies;
+using test::PolicyName;
 
-TEST(UniqueLease, ReturnsItsEventUnderItsOwnDeviceWhenItDies) {
+template <class Policy>
+class UniqueLease : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+};
+TYPED_TEST_SUITE(UniqueLease, BothPolicies, PolicyName);
+
+template <class Policy>
+class SharedLease : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+};
+TYPED_TEST_SUITE(SharedLease, BothPolicies, PolicyName);
+
+TYPED_TEST(UniqueLease, ReturnsItsEventUnderItsOwnDeviceWhenItDies) {
   HostBackend backend(3);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   HostBackend::handle_type token = 0;
   {
     backend.set_current_device(0);
@@ -33,9 +49,9 @@ TEST(UniqueLease, ReturnsItsEventUnderItsOwnDeviceWhenItDies) {
   EXPECT_EQ(backend.created(), 1u);
 }
 
-TEST(UniqueLease, ReleaseHandsTheEventOverAndTheLeaseReturnsNothing) {
+TYPED_TEST(UniqueLease, ReleaseHandsTheEventOverAndTheLeaseReturnsNothing) {
   HostBackend backend(1);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   HostBackend::Event event;
   {
     auto lease = pool.Lease(0);
@@ -46,21 +62,22 @@ TEST(UniqueLease, ReleaseHandsTheEventOverAndTheLeaseReturnsNothing) {
   EXPECT_EQ(pool.node_count(), 0u);
 }
 
-TEST(UniqueLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
+TYPED_TEST(UniqueLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
   HostBackend backend(1);
-  std::optional<Pool> pool(std::in_place, backend);
+  std::optional<typename TestFixture::Pool> pool(std::in_place, backend);
   pool->Reserve(0, 2);
   auto lease = pool->Lease(0);
-  pool.reset();                    // the core lives on for the lease
-  EXPECT_EQ(backend.destroyed(), 0u);
-  lease.reset();                   // the event goes back, then the core dies with its idle events
+  pool.reset();                    // the idle event is destroyed at once; the core lives on
+  EXPECT_EQ(backend.destroyed(), 1u);
+  EXPECT_TRUE(lease);
+  lease.reset();                   // the pool is gone: the event is destroyed, then the core
   EXPECT_EQ(backend.created(), 2u);
   EXPECT_EQ(backend.destroyed(), 2u);
 }
 
-TEST(SharedLease, CopiesShareOneEventThatReturnsWithTheLastCopy) {
+TYPED_TEST(SharedLease, CopiesShareOneEventThatReturnsWithTheLastCopy) {
   HostBackend backend(2);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   HostBackend::handle_type token = 0;
   {
     auto first = pool.LeaseShared(1);
@@ -72,13 +89,13 @@ TEST(SharedLease, CopiesShareOneEventThatReturnsWithTheLastCopy) {
     EXPECT_EQ(second.get(), token);
     EXPECT_EQ(pool.Get(1).get() == token, false) << "still leased by the second copy";
   }
-  // The event went straight back into its node on the event stack.
+  // The event went straight back into the pool (this thread's cache, or its node on the stack).
   EXPECT_EQ(pool.Get(1).get(), token);
 }
 
-TEST(SharedLease, ReusesPooledEventsAndKeepsThemInTheirNodes) {
+TYPED_TEST(SharedLease, ReusesPooledEventsAndKeepsThemInTheirNodes) {
   HostBackend backend(1);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   pool.Reserve(0, 1);
   const std::size_t nodes = pool.node_count();
   {
@@ -89,9 +106,9 @@ TEST(SharedLease, ReusesPooledEventsAndKeepsThemInTheirNodes) {
   EXPECT_EQ(pool.node_count(), nodes);
 }
 
-TEST(SharedLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
+TYPED_TEST(SharedLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
   HostBackend backend(1);
-  std::optional<Pool> pool(std::in_place, backend);
+  std::optional<typename TestFixture::Pool> pool(std::in_place, backend);
   auto lease = pool->LeaseShared(0);
   auto copy = lease;
   pool.reset();
@@ -101,11 +118,11 @@ TEST(SharedLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
-TEST(SharedLease, CopiesDroppedOnManyThreadsReturnTheEventExactlyOnce) {
+TYPED_TEST(SharedLease, CopiesDroppedOnManyThreadsReturnTheEventExactlyOnce) {
   HostBackend backend(1);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   for (int round = 0; round < 200; ++round) {
-    std::vector<Pool::shared_lease> copies(8, pool.LeaseShared(0));
+    std::vector<typename TestFixture::Pool::shared_lease> copies(8, pool.LeaseShared(0));
     std::atomic<int> ready{0};
     std::vector<std::thread> threads;
     for (auto &copy : copies)
@@ -121,9 +138,9 @@ TEST(SharedLease, CopiesDroppedOnManyThreadsReturnTheEventExactlyOnce) {
   EXPECT_EQ(backend.destroyed(), 1u);
 }
 
-TEST(SharedLease, AFailedCreateLeavesThePoolConsistent) {
+TYPED_TEST(SharedLease, AFailedCreateLeavesThePoolConsistent) {
   HostBackend backend(1);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   backend.inject_create_fault([](std::uint64_t, int) { return true; });
   EXPECT_THROW(pool.LeaseShared(0), HostBackendFault);
   EXPECT_THROW(pool.LeaseShared(3), std::out_of_range);

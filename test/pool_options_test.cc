@@ -1,23 +1,37 @@
-// Reserve, Trim and the idle limit, through HostBackend.
+// Reserve, Trim and the idle limit, through HostBackend, with per-thread caches on and off.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "pool_policies.h"
 
 namespace evpool {
 namespace {
 
-using Pool = BasicEventPool<HostBackend>;
 using Event = HostBackend::Event;
+using Token = HostBackend::handle_type;
+using test::BothPolicies;
+using test::kCached;
+using test::kPerThreadCacheBound;
+using test::PolicyName;
 
-TEST(PoolOptions, ReserveCreatesEventsSoThatTheFirstGetsHit) {
+template <class Policy>
+class PoolOptions : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+};
+TYPED_TEST_SUITE(PoolOptions, BothPolicies, PolicyName);
+
+TYPED_TEST(PoolOptions, ReserveCreatesEventsSoThatTheFirstGetsHit) {
   HostBackend backend(2);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   pool.Reserve(1, 5);
   EXPECT_EQ(backend.created(), 5u);
   std::vector<Event> got;
@@ -28,9 +42,25 @@ TEST(PoolOptions, ReserveCreatesEventsSoThatTheFirstGetsHit) {
   EXPECT_THROW(pool.Reserve(2, 1), std::out_of_range);
 }
 
-TEST(PoolOptions, ReserveStopsAtTheFirstFailedCreateAndKeepsWhatItMade) {
+TYPED_TEST(PoolOptions, ReservedEventsHitOnEveryThreadNotOnlyTheReservers) {
+  HostBackend backend(2);
+  typename TestFixture::Pool pool(backend);
+  pool.Put(pool.Get(0));  // the reserving thread has a cache of its own
+  constexpr int kReserved = 40;  // more than one magazine
+  pool.Reserve(0, kReserved);
+  const std::uint64_t created = backend.created();
+  std::vector<Event> got;
+  std::thread other([&] {
+    for (int i = 0; i < kReserved; ++i) got.push_back(pool.Get(0));
+  });
+  other.join();
+  EXPECT_EQ(backend.created(), created) << "the other thread's first Gets must hit";
+  for (Event &event : got) pool.Put(std::move(event));
+}
+
+TYPED_TEST(PoolOptions, ReserveStopsAtTheFirstFailedCreateAndKeepsWhatItMade) {
   HostBackend backend(1);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt == 3; });
   EXPECT_THROW(pool.Reserve(0, 5), HostBackendFault);
   std::vector<Event> got;
@@ -38,57 +68,110 @@ TEST(PoolOptions, ReserveStopsAtTheFirstFailedCreateAndKeepsWhatItMade) {
   EXPECT_EQ(backend.created(), 2u);
 }
 
-TEST(PoolOptions, TrimKeepsTheMostRecentlyPutEventsOfEachDevice) {
+TYPED_TEST(PoolOptions, TrimKeepsKIdleEventsOfEachDevice) {
   HostBackend backend(2);
-  Pool pool(backend);
+  typename TestFixture::Pool pool(backend);
   std::vector<Event> events;
   for (int i = 0; i < 6; ++i) events.push_back(pool.Get(i % 2));
-  std::vector<HostBackend::handle_type> tokens;
+  std::vector<Token> tokens;
   for (Event &event : events) {
     tokens.push_back(event.get());
     pool.Put(std::move(event));
   }
   pool.Trim(2);
-  EXPECT_EQ(backend.destroyed(), 2u);  // one of the three of each device
-  // Device 0 had tokens[0], [2], [4] put in that order: [4] and [2] remain, newest first.
-  EXPECT_EQ(pool.Get(0).release(), tokens[4]);
-  EXPECT_EQ(pool.Get(0).release(), tokens[2]);
-  EXPECT_EQ(pool.Get(1).release(), tokens[5]);
-  EXPECT_EQ(pool.Get(1).release(), tokens[3]);
+  // One of the three of each device. With caches the events were in this thread's cache; an
+  // unlimited depot takes them all, and then keeps exactly 2 of each device.
+  EXPECT_EQ(backend.destroyed(), 2u);
+  if constexpr (!kCached<TypeParam>) {
+    // Device 0 had tokens[0], [2], [4] put in that order: [4] and [2] remain, newest first.
+    EXPECT_EQ(pool.Get(0).release(), tokens[4]);
+    EXPECT_EQ(pool.Get(0).release(), tokens[2]);
+    EXPECT_EQ(pool.Get(1).release(), tokens[5]);
+    EXPECT_EQ(pool.Get(1).release(), tokens[3]);
+  } else {
+    // Which two survive is not specified; they are two distinct ones put on that device.
+    for (int device : {0, 1}) {
+      const std::set<Token> put{tokens[device], tokens[device + 2], tokens[device + 4]};
+      const Token first = pool.Get(device).release(), second = pool.Get(device).release();
+      EXPECT_NE(first, second);
+      EXPECT_TRUE(put.count(first) == 1 && put.count(second) == 1) << "device " << device;
+    }
+  }
   EXPECT_EQ(backend.created(), 6u);
+  Event fresh = pool.Get(0);  // nothing more was kept
+  EXPECT_EQ(backend.created(), 7u);
 }
 
-TEST(PoolOptions, PutBeyondTheIdleLimitDestroysTheEvent) {
+TYPED_TEST(PoolOptions, PutBeyondTheIdleLimitDestroysTheEvent) {
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, 3);
-  EXPECT_EQ(pool.max_idle_per_device(), 3u);
-  std::vector<Event> events;
-  for (int i = 0; i < 5; ++i) events.push_back(pool.Get(0));
-  for (Event &event : events) pool.Put(std::move(event));
-  EXPECT_EQ(backend.destroyed(), 2u);
-  EXPECT_EQ(pool.node_count(), 3u);
-  // The limit is per device, and Gets make room again.
-  Event other = pool.Get(1);
-  pool.Put(std::move(other));
-  EXPECT_EQ(backend.destroyed(), 2u);
-  Event taken = pool.Get(0);
-  pool.Put(std::move(taken));
-  EXPECT_EQ(backend.destroyed(), 2u);
-  pool.Trim(1);
-  EXPECT_EQ(backend.destroyed(), 4u);
-  pool.Reserve(0, 5);  // 2 more fit beside the one kept
-  EXPECT_EQ(backend.destroyed(), 7u);
+  constexpr std::size_t kLimit = 3;
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  EXPECT_EQ(pool.max_idle_per_device(), kLimit);
+  if constexpr (!kCached<TypeParam>) {
+    std::vector<Event> events;
+    for (int i = 0; i < 5; ++i) events.push_back(pool.Get(0));
+    for (Event &event : events) pool.Put(std::move(event));
+    EXPECT_EQ(backend.destroyed(), 2u);
+    EXPECT_EQ(pool.node_count(), 3u);
+    // The limit is per device, and Gets make room again.
+    Event other = pool.Get(1);
+    pool.Put(std::move(other));
+    EXPECT_EQ(backend.destroyed(), 2u);
+    Event taken = pool.Get(0);
+    pool.Put(std::move(taken));
+    EXPECT_EQ(backend.destroyed(), 2u);
+    pool.Trim(1);
+    EXPECT_EQ(backend.destroyed(), 4u);
+    pool.Reserve(0, 5);  // 2 more fit beside the one kept
+    EXPECT_EQ(backend.destroyed(), 7u);
+  } else {
+    // With caches the bound is kLimit in the depot plus two magazines in this thread's cache.
+    constexpr std::size_t kBound = kLimit + kPerThreadCacheBound<TypeParam>;
+    constexpr std::size_t kPut = kBound + 40;
+    std::vector<Event> events;
+    for (std::size_t i = 0; i < kPut; ++i) events.push_back(pool.Get(0));
+    for (Event &event : events) pool.Put(std::move(event));
+    const std::uint64_t idle = backend.created() - backend.destroyed();
+    EXPECT_LE(idle, kBound) << "device 0 holds more idle events than limit + 2 x cache_capacity";
+    EXPECT_GE(backend.destroyed(), kPut - kBound);
+    // The limit is per device; a Get and a Put that the cache absorbs destroy nothing.
+    const std::uint64_t destroyed = backend.destroyed();
+    Event other = pool.Get(1);
+    pool.Put(std::move(other));
+    Event taken = pool.Get(0);
+    pool.Put(std::move(taken));
+    EXPECT_EQ(backend.destroyed(), destroyed);
+    EXPECT_EQ(backend.created(), kPut + 1) << "the Get of device 0 hit the cache";
+    // Trim(1): at most one idle event per device survives, wherever it was.
+    pool.Trim(1);
+    const std::uint64_t after_trim = backend.destroyed();
+    EXPECT_LE(backend.created() - after_trim, 2u);
+    pool.Purge();
+    EXPECT_EQ(backend.created(), backend.destroyed());
+    // Reserve goes to the depot, which never holds more than the limit.
+    pool.Reserve(0, 5);
+    EXPECT_EQ(backend.created(), kPut + 1 + 5);
+    EXPECT_LE(backend.created() - backend.destroyed(), kLimit);
+  }
+  // What fits under the limit is kept, and the first Gets after it hit.
+  pool.Purge();
+  pool.Reserve(0, kLimit);
+  const std::uint64_t created = backend.created();
+  std::vector<Event> got;
+  for (std::size_t i = 0; i < kLimit; ++i) got.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), created);
 }
 
-TEST(PoolOptions, AnIdleLimitOfZeroIsRejected) {
+TYPED_TEST(PoolOptions, AnIdleLimitOfZeroIsRejected) {
   HostBackend backend(1);
+  using Pool = typename TestFixture::Pool;
   EXPECT_THROW(Pool(backend, HostBackend::kDefaultFlags, 0), std::invalid_argument);
 }
 
-TEST(PoolOptions, TheIdleLimitHoldsUnderConcurrency) {
+TYPED_TEST(PoolOptions, TheIdleLimitHoldsUnderConcurrency) {
   HostBackend backend(1);
   constexpr std::size_t kLimit = 4;
-  Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {
@@ -100,13 +183,21 @@ TEST(PoolOptions, TheIdleLimitHoldsUnderConcurrency) {
       }
     });
   for (auto &thread : threads) thread.join();
+  // The threads have exited, so their caches went to the depot, which respects the limit.
   const std::uint64_t destroyed_before = backend.destroyed();
   pool.Purge();
   EXPECT_LE(backend.destroyed() - destroyed_before, kLimit) << "more idle events than the limit";
   EXPECT_EQ(backend.created(), backend.destroyed());
-  // A node popped by a Get is on no list until the Get pushes it onto the spare list, so a
-  // concurrent Put may allocate another: at most one more node than the limit per thread.
-  EXPECT_LE(pool.node_count(), kLimit + threads.size());
+  if constexpr (!kCached<TypeParam>) {
+    // A node popped by a Get is on no list until the Get pushes it onto the spare list, so a
+    // concurrent Put may allocate another: at most one more node than the limit per thread.
+    EXPECT_LE(pool.node_count(), kLimit + threads.size());
+  } else {
+    // A node is allocated only when no empty magazine is spare; every other node is then in the
+    // depot holding at least one event (at most kLimit of them), or held by a thread: its cache's
+    // loaded and previous magazines plus one in its hands (being traded, or a Trim's spare).
+    EXPECT_LE(pool.node_count(), kLimit + 3 * threads.size());
+  }
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+// The two configurations every pool test runs under: per-thread caches on (DefaultPoolPolicy,
+// magazines of 32) and off (NoCachePolicy<>, the plain lock-free pool). Typed tests take
+// BothPolicies with PolicyName; value-parameterised ones carry a `cached` flag and call
+// with_policy.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "evpool/pool_policy.h"
+
+namespace evpool::test {
+
+template <class Policy>
+inline constexpr bool kCached = Policy::cache_capacity > 0;
+
+/// Idle events one thread's cache may hold per device: a loaded and a previous magazine.
+template <class Policy>
+inline constexpr std::size_t kPerThreadCacheBound = std::size_t{2} * Policy::cache_capacity;
+
+using BothPolicies = ::testing::Types<DefaultPoolPolicy, NoCachePolicy<>>;
+
+struct PolicyName {
+  template <class Policy>
+  static std::string GetName(int) {
+    return kCached<Policy> ? "Cached" : "Uncached";
+  }
+};
+
+inline std::string policy_suffix(bool cached) { return cached ? "_cached" : "_uncached"; }
+
+/// Calls `body.template operator()<Policy>()` with the policy that `cached` names.
+template <class Body>
+void with_policy(bool cached, Body &&body) {
+  if (cached)
+    std::forward<Body>(body).template operator()<DefaultPoolPolicy>();
+  else
+    std::forward<Body>(body).template operator()<NoCachePolicy<>>();
+}
+
+}  // namespace evpool::test

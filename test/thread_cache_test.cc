@@ -1,0 +1,280 @@
+// The per-thread caches, single steps at a time through HostBackend: what a thread's exit, a
+// Purge, a pool's destruction and a lease that changes threads do to the events cached for a pool,
+// and calls made while a thread's thread-local objects are torn down. With caches on and off: every
+// property below is one of the whole pool, and must hold either way.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+#include "pool_policies.h"
+#include "tracked_backend.h"
+
+namespace evpool {
+namespace {
+
+using Event = HostBackend::Event;
+using Token = HostBackend::handle_type;
+using test::BothPolicies;
+using test::PolicyName;
+using test::TrackedBackend;
+
+// A thread that runs steps handed to it one at a time and parks in between, alive but idle.
+class ParkedThread {
+ public:
+  ParkedThread() : thread_([this] { loop(); }) {}
+  ~ParkedThread() {
+    run([this] { done_ = true; });
+    thread_.join();
+  }
+  ParkedThread(const ParkedThread &) = delete;
+  ParkedThread &operator=(const ParkedThread &) = delete;
+
+  // Runs `step` on the thread and waits for it to end.
+  template <class Step>
+  void run(Step step) {
+    std::unique_lock lock(mutex_);
+    step_ = std::move(step);
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return !step_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!done_) {
+      changed_.wait(lock, [this] { return static_cast<bool>(step_); });
+      step_();
+      step_ = nullptr;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<void()> step_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+template <class Policy>
+class ThreadCache : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+  using TrackedPool = BasicEventPool<TrackedBackend, Policy>;
+};
+TYPED_TEST_SUITE(ThreadCache, BothPolicies, PolicyName);
+
+TYPED_TEST(ThreadCache, EventsCachedByAThreadThatExitedAreGotElsewhereWithoutCreating) {
+  HostBackend backend(2);
+  typename TestFixture::Pool pool(backend);
+  // This thread's cache exists before the other thread exits (a registration after the exit
+  // would collect the exited thread's cache instead of its exit).
+  std::vector<Event> got;
+  got.push_back(pool.Get(0));
+  std::thread([&] {
+    std::vector<Event> events;
+    for (int i = 0; i < 10; ++i) events.push_back(pool.Get(i % 2));
+    for (Event &event : events) pool.Put(std::move(event));
+  }).join();
+  const std::uint64_t created = backend.created();
+  EXPECT_EQ(created, 11u);
+  for (int i = 0; i < 10; ++i) got.push_back(pool.Get(i % 2));
+  EXPECT_EQ(backend.created(), created) << "the exited thread's cached events reach the depot";
+  got.clear();
+  EXPECT_EQ(backend.destroyed(), created);
+}
+
+TYPED_TEST(ThreadCache, PurgeDestroysTheCachedEventsOfAParkedThread) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  ParkedThread parked;
+  std::set<Token> cached;
+  parked.run([&] {
+    std::vector<Event> events;
+    for (int i = 0; i < 20; ++i) events.push_back(pool.Get(0));
+    for (Event &event : events) {
+      cached.insert(event.get());
+      pool.Put(std::move(event));
+    }
+  });
+  pool.Purge();  // the parked thread is idle: its cache is emptied under its feet
+  EXPECT_EQ(backend.destroyed(), 20u);
+  parked.run([&] {
+    Event event = pool.Get(0);
+    EXPECT_EQ(cached.count(event.get()), 0u) << "a purged event came back";
+    EXPECT_EQ(backend.created(), 21u);
+  });
+}
+
+TYPED_TEST(ThreadCache, TrimMovesAParkedThreadsCachedEventsToTheDepot) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  ParkedThread parked;
+  parked.run([&] {
+    std::vector<Event> events;
+    for (int i = 0; i < 20; ++i) events.push_back(pool.Get(0));
+    for (Event &event : events) pool.Put(std::move(event));
+  });
+  pool.Trim(5);
+  EXPECT_EQ(backend.destroyed(), 15u);
+  std::vector<Event> got;
+  for (int i = 0; i < 5; ++i) got.push_back(pool.Get(0));  // from the depot, on this thread
+  EXPECT_EQ(backend.created(), 20u);
+}
+
+TYPED_TEST(ThreadCache, ANewPoolNeverGetsTheCacheOfADestroyedOne) {
+  HostBackend backend(1);
+  std::optional<typename TestFixture::Pool> pool(std::in_place, backend);
+  ParkedThread parked;
+  std::set<Token> dead;
+  parked.run([&] {
+    std::vector<Event> events;
+    for (int i = 0; i < 5; ++i) events.push_back(pool->Get(0));
+    for (Event &event : events) {
+      dead.insert(event.get());
+      pool->Put(std::move(event));
+    }
+  });
+  pool.reset();
+  EXPECT_EQ(backend.destroyed(), 5u) << "the destructor destroys the parked thread's cached events";
+  pool.emplace(backend);  // as like as not at the same address, with the same core address
+  parked.run([&] {
+    Event event = pool->Get(0);
+    EXPECT_EQ(dead.count(event.get()), 0u) << "a new pool handed out a destroyed pool's event";
+    EXPECT_EQ(backend.created(), 6u);
+    pool->Put(std::move(event));
+  });
+  pool.reset();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
+TYPED_TEST(ThreadCache, ALeaseMayEndOnAnotherThreadAndAfterItsPool) {
+  HostBackend backend(1);
+  TrackedBackend tracked(backend);
+  const std::weak_ptr<const int> core = tracked.watch();
+  std::optional<typename TestFixture::TrackedPool> pool(std::in_place, std::move(tracked));
+  ParkedThread other;
+  // Begun here, ended there (that thread's count goes negative), and the reverse.
+  auto here = pool->Lease(0);
+  typename TestFixture::TrackedPool::unique_lease there;
+  other.run([&] {
+    there = pool->Lease(0);
+    here.reset();
+  });
+  EXPECT_EQ(backend.created(), 2u);
+  auto shared = pool->LeaseShared(0);
+  other.run([&] { auto copy = shared; });
+  pool->Reserve(0, 1);
+  const std::uint64_t idle = backend.created() - 2;  // all but the two leased events
+  pool.reset();
+  EXPECT_FALSE(core.expired()) << "the core must live on for the leases";
+  EXPECT_EQ(backend.destroyed(), idle) << "the idle events, and only those";
+  other.run([&] { shared.reset(); });
+  EXPECT_EQ(backend.destroyed(), idle + 1);
+  EXPECT_FALSE(core.expired());
+  there.reset();  // the last lease, ended on the thread that did not begin it
+  EXPECT_TRUE(core.expired()) << "the last lease deletes the core";
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
+TYPED_TEST(ThreadCache, FlushThreadCacheHandsTheCallersEventsToEveryThreadWithinTheLimit) {
+  HostBackend backend(1);
+  constexpr std::size_t kLimit = 10;
+  typename TestFixture::Pool pool(backend), limited(backend, HostBackend::kDefaultFlags, kLimit);
+  std::vector<Event> got;
+  got.push_back(pool.Get(0));  // this thread's cache exists: no registration collects anything
+  ParkedThread parked;
+  parked.run([&] {
+    for (auto *which : {&pool, &limited}) {
+      std::vector<Event> events;
+      for (int i = 0; i < 40; ++i) events.push_back(which->Get(0));
+      for (Event &event : events) which->Put(std::move(event));
+      which->FlushThreadCache();
+    }
+  });
+  EXPECT_LE(backend.created() - backend.destroyed() - got.size(), 40 + kLimit)
+      << "the flushed cache of the limited pool went to its depot, which keeps at most the limit";
+  const std::uint64_t created = backend.created();
+  for (int i = 0; i < 40; ++i) got.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), created) << "the parked thread's flushed events are in the depot";
+  got.clear();
+  pool.Purge();
+  limited.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
+// Calls made by a thread-local object's destructor, on a pool the thread cached events of and on
+// one it never used. Constructed before the thread's first call on any pool, it is destroyed after
+// the thread's caches were flushed (the calls must bypass the cache); constructed after, it is
+// destroyed before the flush (the calls use the cache, and the flush takes them along).
+template <class Pool>
+struct LateUser {
+  Pool *used = nullptr;
+  Pool *unused = nullptr;
+  HostBackend *backend = nullptr;
+  bool *late_gets_hit = nullptr;
+
+  ~LateUser() {
+    if (used == nullptr) return;
+    const std::uint64_t created = backend->created();
+    std::vector<Event> events;
+    for (int i = 0; i < 10; ++i) events.push_back(used->Get(0));
+    {
+      auto lease = used->Lease(0);
+      auto shared = used->LeaseShared(0);
+    }
+    *late_gets_hit = backend->created() == created;
+    for (Event &event : events) used->Put(std::move(event));
+    unused->Put(unused->Get(0));
+    auto lease = unused->Lease(0);
+  }
+};
+
+TYPED_TEST(ThreadCache, ThreadLocalDestructorsWorkBeforeAndAfterTheCacheFlush) {
+  for (bool constructed_first : {true, false}) {
+    SCOPED_TRACE(constructed_first ? "destroyed after the flush" : "destroyed before the flush");
+    HostBackend backend(1);
+    typename TestFixture::Pool used(backend), unused(backend);
+    bool late_gets_hit = false;
+    std::thread([&] {
+      auto use = [&] {
+        std::vector<Event> events;
+        for (int i = 0; i < 100; ++i) events.push_back(used.Get(0));
+        for (Event &event : events) used.Put(std::move(event));
+      };
+      if (!constructed_first) use();
+      thread_local LateUser<typename TestFixture::Pool> late;
+      late.unused = &unused;
+      late.backend = &backend;
+      late.late_gets_hit = &late_gets_hit;
+      late.used = &used;
+      if (constructed_first) use();
+    }).join();
+    EXPECT_TRUE(late_gets_hit) << "the late Gets must find the thread's (flushed) events";
+    // Everything the thread and its late calls put back is in the depots.
+    const std::uint64_t created = backend.created();
+    EXPECT_EQ(created, 101u);
+    std::vector<Event> got;
+    for (int i = 0; i < 100; ++i) got.push_back(used.Get(0));
+    got.push_back(unused.Get(0));
+    EXPECT_EQ(backend.created(), created) << "an event put back by the exiting thread is stuck";
+    got.clear();
+    used.Purge();
+    unused.Purge();
+    EXPECT_EQ(backend.created(), backend.destroyed());
+  }
+}
+
+}  // namespace
+}  // namespace evpool
