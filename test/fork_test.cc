@@ -1,5 +1,10 @@
 // After fork() a child must neither hand out nor destroy its parent's events: the pool forgets
-// them at the child's first operation and starts empty, while the parent keeps its own.
+// them at the child's first operation and starts empty, while the parent keeps its own. That
+// covers the events a parent leased (a lease dying in the child forgets its event) and the
+// parent's idle count (the child starts from zero, even where a parent thread was in the middle of
+// a Put or a Get when another one forked). HostBackend's tokens carry serial numbers, so a child
+// can tell its parent's events from its own; its copy of the backend counts its own destroys.
+// What pthread_atfork, and so this guard, cannot see (vfork, raw clone, _Fork): docs/fork.md.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -7,10 +12,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "deterministic/deterministic_policy.h"
+#include "deterministic/deterministic_scheduler.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 
@@ -18,6 +27,8 @@ namespace evpool {
 namespace {
 
 using Pool = BasicEventPool<HostBackend>;
+using testing_support::DeterministicScheduler;
+using testing_support::StallStrategy;
 
 // Runs `child` in a fork() child and returns its exit status (the child's bit mask of failures).
 template <class Child>
@@ -29,7 +40,8 @@ int in_child(Child child) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void fill(Pool &pool, int device, int count) {
+template <class AnyPool>
+void fill(AnyPool &pool, int device, int count) {
   std::vector<HostBackend::Event> events;
   for (int i = 0; i < count; ++i) events.push_back(pool.Get(device));
   for (auto &event : events) pool.Put(std::move(event));
@@ -97,6 +109,129 @@ TEST(PoolAfterFork, AGrandchildForgetsItsParentsEventsToo) {
     });
   });
   EXPECT_EQ(failures, 0) << "the grandchild got an event of its parent";
+}
+
+// A unique lease taken before fork() holds a parent's event: dying in the child, it must forget the
+// event, neither putting it into the child's pool (which would hand it out) nor destroying it.
+TEST(PoolAfterFork, AUniqueLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestroysItsEvent) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  auto lease = pool.Lease(0);
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+
+  const int failures = in_child([&] {
+    int bits = 0;
+    lease.reset();
+    if (backend.destroyed() != destroyed) bits |= 1;
+    HostBackend::Event event = pool.Get(0);
+    if (HostBackend::serial_of(event.get()) <= created) bits |= 2;
+    pool.Put(std::move(event));
+    pool.Purge();
+    if (backend.destroyed() != destroyed + 1) bits |= 4;  // only the child's own event
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "bit 1: the lease destroyed the parent's event; 2: the child handed it "
+                            "out; 4: the child's pool destroyed it";
+}
+
+// The same for a shared lease, whose event lives in its pool node: the last copy dying in the child
+// must not push that node back onto the child's event stack.
+TEST(PoolAfterFork, ASharedLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestroysItsEvent) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  auto lease = pool.LeaseShared(0);
+  auto copy = lease;
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+
+  const int failures = in_child([&] {
+    int bits = 0;
+    copy.reset();
+    lease.reset();  // the last copy
+    if (backend.destroyed() != destroyed) bits |= 1;
+    HostBackend::Event event = pool.Get(0);
+    if (HostBackend::serial_of(event.get()) <= created) bits |= 2;
+    pool.Put(std::move(event));
+    pool.Purge();
+    if (backend.destroyed() != destroyed + 1) bits |= 4;
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "bit 1: the lease destroyed the parent's event; 2: the child handed it "
+                            "out; 4: the child's pool destroyed it";
+}
+
+// The child's idle count. A fork() child inherits the parent's count of idle events per device;
+// forgetting the parent's events gives back the places of those on the stack, but a parent thread
+// in the middle of a Put (place taken, node not yet pushed) or of a Get (node popped, place not
+// yet given back) holds a place that nobody in the child will ever return. Unless the child starts
+// its count from zero, it then destroys events Put while it is under the limit.
+//
+// The deterministic scheduler makes that fork reproducible: thread 0 runs one pool operation and
+// is stalled at each of its atomic operations in turn; meanwhile thread 1 forks, and the child
+// checks that it keeps all kLimit events it puts.
+using SteppedPool = BasicEventPool<HostBackend, testing_support::DeterministicNoCachePolicy<>>;
+constexpr int kLimit = 3;
+
+// Runs in the child: Puts kLimit events of its own; all must stay idle, none destroyed.
+int child_keeps_what_it_puts_under_the_limit(SteppedPool &pool, HostBackend &backend) {
+  int bits = 0;
+  std::vector<HostBackend::Event> own;
+  for (int i = 0; i < kLimit; ++i) own.push_back(pool.Get(0));  // misses: the pool starts empty
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+  for (auto &event : own) pool.Put(std::move(event));
+  if (backend.destroyed() != destroyed) bits |= 1;
+  for (int i = 0; i < kLimit; ++i) own.push_back(pool.Get(0));
+  if (backend.created() != created) bits |= 2;
+  return bits;
+}
+
+// `setup` prepares the parent's pool, `in_flight` is thread 0's operation. Returns one line per
+// stall point whose child failed.
+template <class Setup, class InFlight>
+std::vector<std::string> fork_while_an_operation_is_in_flight(Setup setup, InFlight in_flight) {
+  std::vector<std::string> failed;
+  int stall_at = 1;
+  for (;; ++stall_at) {
+    HostBackend backend(1);
+    SteppedPool pool(backend, HostBackend::kDefaultFlags, kLimit);
+    setup(pool);
+    int status = 0;
+    StallStrategy strategy(stall_at);
+    DeterministicScheduler::run(
+        {[&] { in_flight(pool); },
+         [&] { status = in_child([&] { return child_keeps_what_it_puts_under_the_limit(pool, backend); }); }},
+        strategy);
+    if (!strategy.stalled()) break;  // thread 0 finished first: every stall point was tried
+    if (status != 0)
+      failed.push_back("stall point " + std::to_string(stall_at) + ": child status " + std::to_string(status));
+  }
+  std::printf("[ forked   ] a child at each of %d stall points of the parent's operation; %zu failed\n",
+              stall_at - 1, failed.size());
+  return failed;
+}
+
+std::string lines(const std::vector<std::string> &failed) {
+  std::string text;
+  for (const std::string &line : failed) text += "\n  " + line + " (bit 1: a Put under the limit "
+                                                 "destroyed its event; 2: a kept event was missing)";
+  return text;
+}
+
+TEST(PoolAfterFork, AChildForkedDuringAParentsPutKeepsEveryEventItPutsUnderTheLimit) {
+  HostBackend::Event pending;
+  const auto failed = fork_while_an_operation_is_in_flight(
+      [&](SteppedPool &pool) {
+        fill(pool, 0, kLimit);
+        pending = pool.Get(0);  // kLimit - 1 idle, and one on its way back
+      },
+      [&](SteppedPool &pool) { pool.Put(std::move(pending)); });
+  EXPECT_TRUE(failed.empty()) << lines(failed);
+}
+
+TEST(PoolAfterFork, AChildForkedDuringAParentsGetKeepsEveryEventItPutsUnderTheLimit) {
+  const auto failed = fork_while_an_operation_is_in_flight(
+      [](SteppedPool &pool) { fill(pool, 0, kLimit); },  // at the limit
+      [](SteppedPool &pool) { HostBackend::Event event = pool.Get(0); });
+  EXPECT_TRUE(failed.empty()) << lines(failed);
 }
 
 }  // namespace

@@ -51,17 +51,49 @@ class BoundedExhaustiveStrategy : public Strategy {
   std::vector<Decision> path_;
 };
 
+/// Runs thread 0 alone until its `stall_at`-th yield point (1: before its first atomic operation),
+/// then every other thread to completion, one after the other, then thread 0 to the end: the
+/// schedule of a thread stalled at one point (SIGSTOP, a debugger, a paused VM, swapping) while
+/// the others go on. Trying stall_at = 1, 2, ... until stalled() is false tries every point.
+class StallStrategy : public Strategy {
+ public:
+  explicit StallStrategy(int stall_at) : stall_at_(stall_at) {}
+  int choose(const std::vector<int> &runnable, int current) override;
+  /// Whether thread 0 reached its `stall_at`-th yield point (and was stalled there).
+  bool stalled() const { return stalled_; }
+
+ private:
+  int stall_at_;
+  int yields_of_thread_0_ = 0;
+  bool stalled_ = false;
+};
+
 class DeterministicScheduler {
  public:
+  /// A run that passes more yield points than this aborts the process with a message: it would
+  /// otherwise never end (the longest scenario needs about 40,000).
+  static constexpr long kMaxStepsPerRun = 10'000'000;
+
   /// Runs every body on its own thread under `strategy`; returns when all have finished.
   static void run(const std::vector<std::function<void()>> &bodies, Strategy &strategy);
   /// Hands control to whichever thread the strategy picks. A no-op on threads that run() does
-  /// not manage, so DeterministicAtomic also works outside a scheduled run.
+  /// not manage, so DeterministicAtomic also works outside a scheduled run (but see StepBudget).
   static void yield_point();
-  /// The calling thread cannot progress until another one runs (it spins on a lock or waits for
+  /// The calling thread cannot progress until another one runs (it spins on a lock, or waits for
   /// a call to end): hands control to another unfinished thread, as if this one were blocked. A
   /// plain yield_point would let the strategy keep running the spinner forever.
   static void yield_to_others();
+
+  /// While one lives, the yield points its thread passes outside a scheduled run count against
+  /// kMaxStepsPerRun too: for the set-up and tear-down around runs, where a corrupted pool can
+  /// loop forever just as well (its destructor walking a list that has become a cycle).
+  class StepBudget {
+   public:
+    StepBudget();
+    ~StepBudget();
+    StepBudget(const StepBudget &) = delete;
+    StepBudget &operator=(const StepBudget &) = delete;
+  };
 
  private:
   static void hand_over(bool blocked);

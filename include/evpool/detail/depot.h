@@ -21,8 +21,9 @@
 // device, a stack of nodes holding one idle event each and a stack of spare nodes.
 //
 // Idle limit: with a finite limit, `idle` counts the events the depot holds (beside the filled
-// stack's head: no extra cache line). A magazine or event enters only after reserving its places
-// in the count, and leaves after releasing them, so the depot never holds more than the limit.
+// stack's head: no extra cache line). Events enter only after reserving their places in the count
+// (a magazine that does not fit whole is cut down to what fits, the rest destroyed by the caller),
+// and leave after releasing them, so the depot never holds more than the limit.
 // What the caches hold is bounded separately (two magazines per thread and device; see
 // event_pool_core.h). Without a limit the count is not kept.
 //
@@ -78,13 +79,24 @@ class Depot {
     return index;
   }
 
-  /// Hands the magazine `index` (count >= 1) to the depot if its events fit under `limit`;
-  /// otherwise returns false and the caller keeps it.
-  bool give_filled(std::uint32_t index, Arena &arena, std::size_t limit) noexcept {
-    if (!reserve_places(arena[index].count, limit)) return false;
-    filled_.value.stack.push(index, arena);
-    return true;
+  /// Reserves places for up to `count` events under `limit`: returns how many it got (all of
+  /// them without a limit). The caller then hands over that many with give_reserved.
+  std::uint64_t reserve_up_to(std::uint64_t count, std::size_t limit) noexcept {
+    if (limit == kUnlimitedIdle) return count;
+    // Relaxed, as in release_places. A compare-exchange loop, so that concurrent reservers never
+    // together exceed the limit and each gets what is left.
+    std::uint64_t idle = filled_.value.idle.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t granted = idle >= limit ? 0 : std::min<std::uint64_t>(count, limit - idle);
+      if (granted == 0) return 0;
+      if (filled_.value.idle.compare_exchange_weak(idle, idle + granted, std::memory_order_relaxed,
+                                                   std::memory_order_relaxed))
+        return granted;
+    }
   }
+
+  /// Hands over the magazine `index` (count >= 1) whose events hold places (reserve_up_to).
+  void give_reserved(std::uint32_t index, Arena &arena) noexcept { filled_.value.stack.push(index, arena); }
 
   /// Puts back a chain of magazines got from take_all_filled (first -> ... -> last, linked through
   /// `next`) whose events still hold their places.
@@ -121,7 +133,7 @@ class Depot {
   /// Keeps one event. Returns false if it does not fit under `limit` (the caller still owns it).
   /// Throws what take_empty throws; then nothing changed.
   bool give_one(Handle handle, Arena &arena, std::size_t limit) {
-    if (!reserve_places(1, limit)) return false;
+    if (reserve_up_to(1, limit) == 0) return false;
     std::uint32_t index;
     try {
       index = take_empty(arena);
@@ -158,15 +170,6 @@ class Depot {
   }
 
  private:
-  bool reserve_places(std::uint64_t count, std::size_t limit) noexcept {
-    if (limit == kUnlimitedIdle) return true;
-    // Relaxed, as in release_places. Reserve first, then check: concurrent reservers can never
-    // together overshoot the limit, and one that does not fit gives its places straight back.
-    if (filled_.value.idle.fetch_add(count, std::memory_order_relaxed) + count <= limit) return true;
-    filled_.value.idle.fetch_sub(count, std::memory_order_relaxed);
-    return false;
-  }
-
   struct FilledStack {
     Stack stack;
     Atomic<std::uint64_t> idle{0};  // kept only with a finite idle limit

@@ -398,10 +398,8 @@ class EventPoolCore {
       magazines.loaded = fresh;
       return;
     }
-    if (magazines.previous.magazine != nullptr &&
-        !depot.give_filled(magazines.previous.index, arena_, max_idle_)) {
-      // The depot is at its limit: the previous magazine's events go, and it is reused.
-      destroy_events(*magazines.previous.magazine);
+    if (magazines.previous.magazine != nullptr && !hand_to_depot(magazines.previous, depot)) {
+      // Nothing fits under the idle limit: the previous magazine, now emptied, is reused.
       depot.give_empty(fresh.index, arena_);
       std::swap(magazines.loaded, magazines.previous);
       return;
@@ -427,8 +425,8 @@ class EventPoolCore {
     }
   }
 
-  // Hands the slot's magazine to the depot and puts an empty one in its place; false (nothing
-  // changed) if the depot is at its limit or no empty magazine can be had.
+  // Hands the slot's magazine to the depot (what fits under the idle limit; the rest is destroyed)
+  // and puts an empty one in its place. False (nothing changed) if no empty magazine can be had.
   bool swap_into_depot(Slot &slot, DeviceDepot &depot) noexcept {
     if (slot.magazine->empty()) return true;
     std::uint32_t spare = depot.take_spare_empty(arena_);
@@ -439,9 +437,9 @@ class EventPoolCore {
         return false;
       }
     }
-    if (!depot.give_filled(slot.index, arena_, max_idle_)) {
+    if (!hand_to_depot(slot, depot)) {
       depot.give_empty(spare, arena_);
-      return false;
+      return true;  // its events were destroyed: none fit
     }
     slot = slot_of(spare);
     return true;
@@ -460,15 +458,11 @@ class EventPoolCore {
     });
   }
 
-  // Every magazine goes to its depot (filled, or empty; over the limit its events are
+  // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
   // destroyed), and the cache holds none. By the owner at exit, or by a purger.
   void return_magazines(Cache &cache) noexcept {
     for_each_magazine(cache, [this](Slot &slot, int device) {
-      DeviceDepot &depot = depots_[device];
-      if (slot.magazine->empty() || !depot.give_filled(slot.index, arena_, max_idle_)) {
-        destroy_events(*slot.magazine);
-        depot.give_empty(slot.index, arena_);
-      }
+      if (!hand_to_depot(slot, depots_[device])) depots_[device].give_empty(slot.index, arena_);
       slot = Slot{};
     });
   }
@@ -491,12 +485,22 @@ class EventPoolCore {
     magazine.count = 0;
   }
 
-  // A magazine the caller filled goes to the depot; over the limit its events are destroyed.
+  // A magazine the caller filled goes to the depot, as filled or as empty.
   void give_to_depot(std::uint32_t index, DeviceDepot &depot) noexcept {
-    Magazine &magazine = arena_[index];
-    if (!magazine.empty() && depot.give_filled(index, arena_, max_idle_)) return;
-    destroy_events(magazine);
-    depot.give_empty(index, arena_);
+    Slot slot = slot_of(index);
+    if (!hand_to_depot(slot, depot)) depot.give_empty(index, arena_);
+  }
+
+  // Hands the magazine to the depot as filled, with as many of its events as fit under the idle
+  // limit (the others are destroyed). False if none fit (or it held none): the caller keeps the
+  // magazine, now empty.
+  bool hand_to_depot(Slot slot, DeviceDepot &depot) noexcept {
+    Magazine &magazine = *slot.magazine;
+    const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
+    while (magazine.count > fit) backend_.destroy(magazine.handles[--magazine.count]);
+    if (magazine.empty()) return false;
+    depot.give_reserved(slot.index, arena_);
+    return true;
   }
 
   // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one
@@ -582,7 +586,7 @@ class EventPoolCore {
   atomic<bool> closed_{false};
 
   // The registry of thread caches, under registry_lock_.
-  RegistryLock<Policy::template atomic, Policy> registry_lock_;
+  RegistryLock<Policy> registry_lock_;
   std::vector<Cache *> caches_;
   bool registry_closed_ = false;
 };

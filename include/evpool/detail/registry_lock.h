@@ -1,15 +1,19 @@
 // evpool: the lock around a pool's registry of thread caches. Private to the library.
 //
 // Taken only off the fast path: when a thread registers its first cache for a pool, and by Purge,
-// Trim, the pool's destructor and the fork child's cleanup. A test-and-test-and-set lock built on
-// `Atomic` that calls `Wait::spin_wait()` while it waits (std::this_thread::yield in production),
-// so that the deterministic scheduler sees both: a std::mutex would block a scheduled thread where
-// the scheduler cannot take control back, and a plain spin would let it run the waiter forever.
+// Trim, the pool's destructor and the fork child's cleanup. A test-and-test-and-set lock that calls
+// `Wait::spin_wait()` while it waits: std::this_thread::yield in production, a hand-over to another
+// thread under the deterministic scheduler, which could neither take control back from a thread
+// blocked in a std::mutex nor stop a plain spin from running forever. The lock word itself is a
+// std::atomic: what the registry protects is bookkeeping, not the algorithm under test, and every
+// atomic step a scheduled test sees multiplies the interleavings it must explore.
 #pragma once
+
+#include <atomic>
 
 namespace evpool::detail {
 
-template <template <class> class Atomic, class Wait>
+template <class Wait>
 class RegistryLock {
  public:
   void lock() noexcept {
@@ -25,7 +29,7 @@ class RegistryLock {
   void reset_in_child() noexcept { locked_.store(false, std::memory_order_relaxed); }
 
  private:
-  Atomic<bool> locked_{false};
+  std::atomic<bool> locked_{false};
 };
 
 }  // namespace evpool::detail

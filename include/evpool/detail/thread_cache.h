@@ -46,6 +46,7 @@
 // thread writes often lies there.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -168,9 +169,10 @@ class ThreadCache final : public ThreadCacheLink {
   Atomic<std::int64_t> leases_{0};
   std::unique_ptr<DeviceMagazines[]> devices_;
   int device_count_;
-  // Cold: written once or twice in the cache's life.
-  alignas(kFalseSharingRange) Atomic<std::uint32_t> owners_{2};
-  Atomic<bool> abandoned_{false};
+  // Cold: written once or twice in the cache's life, and outside the owner/purger protocol, so
+  // std::atomic rather than the policy's (the deterministic scheduler need not interleave them).
+  alignas(kFalseSharingRange) std::atomic<std::uint32_t> owners_{2};
+  std::atomic<bool> abandoned_{false};
   Pool &pool_;
 };
 

@@ -1,0 +1,39 @@
+// The pool policy that hands the core's atomics to the DeterministicScheduler.
+//
+// It derives from a production policy and overrides only what the scheduler needs, so that members
+// the core gains later (cache_capacity, a fence policy, ...) are inherited unchanged:
+// - `atomic`: DeterministicAtomic, a yield point before every operation of the stacks' heads and
+//   links, the arena's counter and chunk table, the idle counts and the lease reference counts;
+// - `tag_bits`: the ABA tag width under test (the production width unless a test narrows it to
+//   show what a narrow tag lets through);
+// - `backoff`: none, since spinning adds steps but no interleavings.
+#pragma once
+
+#include "deterministic_atomic.h"
+#include "deterministic_scheduler.h"
+#include "evpool/detail/backoff.h"
+#include "evpool/detail/node_arena.h"
+#include "evpool/pool_policy.h"
+
+namespace evpool::testing_support {
+
+template <unsigned TagBits = detail::kMaxTagBits, class Base = DefaultPoolPolicy>
+struct DeterministicPolicy : Base {
+  template <class T>
+  using atomic = DeterministicAtomic<T>;
+  static constexpr unsigned tag_bits = TagBits;
+  using backoff = detail::NoBackoff;
+  // A thread that waits for another (the registry lock, a call in progress) lets another run.
+  static void spin_wait() noexcept { DeterministicScheduler::yield_to_others(); }
+};
+
+/// Caches whose magazines change hands with the depot within a few operations.
+struct SmallMagazinesPolicy : DefaultPoolPolicy {
+  static constexpr unsigned cache_capacity = 2;
+};
+
+/// Every Get and Put on the shared stacks: what the stack-level scenarios (ABA) are about.
+template <unsigned TagBits = detail::kMaxTagBits>
+using DeterministicNoCachePolicy = DeterministicPolicy<TagBits, NoCachePolicy<>>;
+
+}  // namespace evpool::testing_support
