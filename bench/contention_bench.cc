@@ -29,10 +29,10 @@
 #include <utility>
 #include <vector>
 
-#include "baseline/boost_event_pool.h"
-#include "baseline/mutex_event_pool.h"
-#include "baseline/spinlock_event_pool.h"
-#include "testing/counting_backend.h"
+#include "competitors/boost_event_pool.h"
+#include "competitors/mutex_event_pool.h"
+#include "competitors/spinlock_event_pool.h"
+#include "support/counting_backend.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
 #include "evpool/host_backend.h"
@@ -78,9 +78,9 @@ template <class B> using EvpoolPool = BasicEventPool<B>;
 template <class B> using EvpoolNoBackoffPool = BasicEventPool<B, NoBackoffPolicy<>>;
 template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
 template <class B> using SharedEvpoolNoBackoff = SharedPool<EvpoolNoBackoffPool, B>;
-template <class B> using SharedSpinlock = SharedPool<baseline::SpinlockEventPool, B>;
-template <class B> using SharedMutex = SharedPool<baseline::MutexEventPool, B>;
-template <class B> using SharedBoost = SharedPool<baseline::BoostLockfreeEventPool, B>;
+template <class B> using SharedSpinlock = SharedPool<competitors::SpinlockEventPool, B>;
+template <class B> using SharedMutex = SharedPool<competitors::MutexEventPool, B>;
+template <class B> using SharedBoost = SharedPool<competitors::BoostLockfreeEventPool, B>;
 
 template <class Backend>
 class PrivateStacks : public CountedVariant<Backend> {
