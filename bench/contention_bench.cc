@@ -82,34 +82,40 @@ std::vector<VariantEntry> variant_entries() {
   return entries;
 }
 
+// JSON pieces. Every name is [a-z0-9-]: nothing to escape.
+std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+std::string joined(const std::vector<std::string> &items, const char *open, const char *close) {
+  std::string text = open;
+  for (std::size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + items[i];
+  return text + close;
+}
+
 // The catalogue: {"variants": [...], "workloads": [...], "references": {workload: "w/variant"},
-// "benchmarks": {backend: {workload: [variant, ...]}}}, names in report order. Names are plain
-// [a-z0-9-], so no JSON escaping is needed.
+// "benchmarks": {backend: {workload: [variant, ...]}}}, every list in report order.
 std::string catalogue_json() {
-  const auto quoted = [](std::string_view text) { return "\"" + std::string(text) + "\""; };
-  const auto variants = variant_entries();
-  std::string json = "{\"variants\": [";
-  for (std::size_t i = 0; i < variants.size(); ++i) json += (i ? ", " : "") + quoted(variants[i].name);
-  json += "], \"workloads\": [";
-  for (std::size_t i = 0; i < kWorkloadCount; ++i) json += (i ? ", " : "") + quoted(kWorkloads[i].name);
-  json += "], \"references\": {";
-  for (std::size_t i = 0; i < kWorkloadCount; ++i)
-    json += (i ? ", " : "") + quoted(kWorkloads[i].name) + ": " + quoted(kWorkloads[i].reference);
-  json += "}, \"benchmarks\": {";
-  for (BackendKind backend : {BackendKind::kHost, BackendKind::kCuda}) {
-    json += (backend == BackendKind::kHost ? "" : ", ") + quoted(kBackendNames[static_cast<int>(backend)]) + ": {";
-    bool first_workload = true;
-    for (const WorkloadInfo &workload : kWorkloads) {
-      std::string names;
-      for (const VariantEntry &variant : variants)
-        if (applies(backend, workload, variant.kind)) names += (names.empty() ? "" : ", ") + quoted(variant.name);
-      if (names.empty()) continue;
-      json += (first_workload ? "" : ", ") + quoted(workload.name) + ": [" + names + "]";
-      first_workload = false;
-    }
-    json += "}";
+  const std::vector<VariantEntry> variants = variant_entries();
+  std::vector<std::string> variant_names, workload_names, references, backends;
+  for (const VariantEntry &variant : variants) variant_names.push_back(quoted(variant.name));
+  for (const WorkloadInfo &workload : kWorkloads) {
+    workload_names.push_back(quoted(workload.name));
+    references.push_back(quoted(workload.name) + ": " + quoted(workload.reference));
   }
-  return json + "}}";
+  for (BackendKind backend : {BackendKind::kHost, BackendKind::kCuda}) {
+    std::vector<std::string> workloads;
+    for (const WorkloadInfo &workload : kWorkloads) {
+      std::vector<std::string> names;
+      for (const VariantEntry &variant : variants)
+        if (applies(backend, workload, variant.kind)) names.push_back(quoted(variant.name));
+      if (!names.empty()) workloads.push_back(quoted(workload.name) + ": " + joined(names, "[", "]"));
+    }
+    const std::string_view backend_name = kBackendNames[static_cast<int>(backend)];
+    backends.push_back(quoted(backend_name) + ": " + joined(workloads, "{", "}"));
+  }
+  return joined({"\"variants\": " + joined(variant_names, "[", "]"),
+                 "\"workloads\": " + joined(workload_names, "[", "]"),
+                 "\"references\": " + joined(references, "{", "}"),
+                 "\"benchmarks\": " + joined(backends, "{", "}")},
+                "{", "}");
 }
 
 // ---- Registration -----------------------------------------------------------------------------

@@ -169,7 +169,8 @@ struct Case {
   static void prewarm(int threads) {
     std::vector<std::pair<int, decltype(variant->source(0).Get(0))>> got;
     for (int t = 0; t < threads; ++t)
-      for (int i = 0; i < events_held(t); ++i) got.emplace_back(t, variant->source(t).Get(device_of_thread(t)));
+      for (int i = 0; i < events_held(t); ++i)
+        got.emplace_back(t, variant->source(t).Get(device_of_thread(t)));
     for (auto &[thread, event] : got) variant->source(thread).Put(std::move(event), device_of_thread(thread));
   }
 

@@ -75,7 +75,8 @@ class ThreadPrivateStacks {
 
   ThreadPrivateStacks(const Backend &backend, unsigned event_flags, int threads) {
     per_thread_.reserve(static_cast<std::size_t>(threads));
-    for (int t = 0; t < threads; ++t) per_thread_.push_back(std::make_unique<OwnStacks>(backend, event_flags));
+    for (int t = 0; t < threads; ++t)
+      per_thread_.push_back(std::make_unique<OwnStacks>(backend, event_flags));
   }
 
   /// The stacks of `thread`, for that thread alone (and for set-up before the threads run).

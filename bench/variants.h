@@ -53,7 +53,9 @@ class CountedVariant {
  public:
   using event_type = typename Backend::event_type;
   std::uint64_t events_created() const { return backend_.created(); }
-  event_type adopt(typename Backend::handle_type handle, int device) { return backend_.adopt(handle, device); }
+  event_type adopt(typename Backend::handle_type handle, int device) {
+    return backend_.adopt(handle, device);
+  }
 
  protected:
   explicit CountedVariant(const Backend &backend) : backend_(backend) {}
@@ -111,7 +113,9 @@ class NoPool : public CountedVariant<Backend> {
   using typename CountedVariant<Backend>::event_type;
   NoPool(const Backend &backend, int /*threads*/) : CountedVariant<Backend>(backend) {}
   NoPool &source(int /*thread*/) { return *this; }
-  event_type Get(int device) { return this->adopt(this->backend_.create(Backend::kDefaultFlags, device), device); }
+  event_type Get(int device) {
+    return this->adopt(this->backend_.create(Backend::kDefaultFlags, device), device);
+  }
   void Put(event_type &&event, int /*device*/) { this->backend_.destroy(event.release()); }
 };
 

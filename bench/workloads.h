@@ -9,7 +9,9 @@
 
 namespace evpool::bench {
 
-enum class Workload { kPair, kBurst, kBurst64, kHandoff, kSpread, kSync, kSchedule, kWait, kLease, kLeaseShared };
+enum class Workload {
+  kPair, kBurst, kBurst64, kHandoff, kSpread, kSync, kSchedule, kWait, kLease, kLeaseShared
+};
 inline constexpr std::size_t kWorkloadCount = 10;
 
 /// Kinds of variant (bench/variants.h), as bits: a workload applies to some kinds.
@@ -100,6 +102,8 @@ consteval bool in_enum_order() {
 }
 static_assert(in_enum_order(), "kWorkloads: one entry per Workload, in enum order");
 
-constexpr const WorkloadInfo &info(Workload workload) { return kWorkloads[static_cast<std::size_t>(workload)]; }
+constexpr const WorkloadInfo &info(Workload workload) {
+  return kWorkloads[static_cast<std::size_t>(workload)];
+}
 
 }  // namespace evpool::bench

@@ -11,7 +11,8 @@ import json
 import pathlib
 import re
 
-NAME = re.compile(r"^(?P<backend>[^/]+)/(?P<workload>[^/]+)/(?P<variant>[^/]+)/real_time/threads:(?P<threads>\d+)")
+NAME = re.compile(r"^(?P<backend>[^/]+)/(?P<workload>[^/]+)/(?P<variant>[^/]+)"
+                  r"/real_time/threads:(?P<threads>\d+)")
 
 
 def load(json_path):
@@ -135,7 +136,8 @@ def plot(table, context, out_dir, known=NO_CATALOGUE):
         variants = _ordered(by_variant, known["variants"])
         for variant in variants:
             points = sorted(by_variant[variant].items())
-            style = dict(linewidth=2.5, marker="o") if variant == variants[0] else dict(linewidth=1.2, marker=".")
+            subject = variant == variants[0]
+            style = dict(linewidth=2.5, marker="o") if subject else dict(linewidth=1.2, marker=".")
             ax.plot([t for t, _ in points], [p[0] for t, p in points], label=variant, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
