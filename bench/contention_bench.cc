@@ -13,7 +13,8 @@
 //
 // Throughput is items_per_second: events got and put back per second, all threads together (a
 // lease counts as one). events_created is what the variant created during the run, pre-warming
-// included: its idle memory.
+// included: its idle memory (none's, created and destroyed every time, is no memory; wait's
+// evpool reports its pool's node_count(), see LibraryPool in variants.h).
 //
 // Extra flags, before Google Benchmark's own: --list, --threads=1,2,4 (default: powers of two up
 // to twice the hardware threads) and --host_spread_devices=N (default 8).

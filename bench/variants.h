@@ -173,9 +173,10 @@ class Carrier : public CountedVariant<Backend> {
 };
 
 // The library's own CUDAEventPool, for `wait`: evpool::wait takes nothing else, so this evpool
-// cannot count through a CountingBackend. It reports node_count() instead: a node is allocated for
-// each event that was ever idle at the same time as the others, so once every event is back it
-// equals the events created, as long as none was destroyed (no idle limit, no Trim here).
+// cannot count through a CountingBackend. It reports node_count() instead, the most events that
+// were ever idle in the pool at once. Nothing here destroys an event (no idle limit, no Trim), and
+// pre-warming has every event idle at once, so that is the events created, unless the run created
+// more than pre-warming did, when it undercounts by at most one per thread.
 class LibraryPool {
  public:
   LibraryPool(const CUDABackend & /*backend*/, int /*threads*/) {}
