@@ -1,6 +1,6 @@
 // The spinlock baseline against BasicEventPool: both are LIFO per device, so the same sequence of
 // explicit-device operations must hand out the same tokens in the same order from both.
-#include "baseline/spinlock_event_pool.h"
+#include "competitors/spinlock_event_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ using Event = HostBackend::Event;
 
 TEST(SpinlockBaseline, ReusesPutEventsAndDestroysIdleOnesOnPurge) {
   HostBackend backend(2);
-  baseline::SpinlockEventPool<HostBackend> pool(backend);
+  competitors::SpinlockEventPool<HostBackend> pool(backend);
   Event event = pool.Get(1);
   const auto token = event.get();
   pool.Put(std::move(event), 1);
@@ -35,7 +35,7 @@ TEST(SpinlockBaseline, HandsOutTheSameTokensAsBasicEventPoolForTheSameOperations
   HostBackend evpool_backend(kDevices);
   HostBackend baseline_backend(kDevices);
   BasicEventPool<HostBackend> lock_free(evpool_backend);
-  baseline::SpinlockEventPool<HostBackend> spinlock(baseline_backend);
+  competitors::SpinlockEventPool<HostBackend> spinlock(baseline_backend);
   std::vector<Event> held_lock_free, held_spinlock;
 
   std::mt19937 random(12345);

@@ -1,20 +1,24 @@
 """Reads Google Benchmark JSON from evpool's contention benchmark; prints tables, writes CSV and plots.
 
 Benchmark names are <backend>/<workload>/<variant>/real_time/threads:<n>. With repetitions, only
-the median aggregate is used.
+the median aggregate is used. Which variants and workloads exist, their order and what each
+workload is compared with come from the benchmark itself: its catalogue (what `--list` prints),
+which every run carries in its JSON context. Runs from before the catalogue are listed in the
+order of their JSON, without ratios.
 """
 import csv
 import json
 import pathlib
 import re
 
-NAME = re.compile(r"^(?P<backend>[a-z]+)/(?P<workload>[a-z]+)/(?P<variant>[a-z-]+)/real_time/threads:(?P<threads>\d+)")
-VARIANT_ORDER = ["evpool", "evpool-nobackoff", "spinlock", "mutex", "boost", "private", "none"]
-RATIOS = [("evpool", "spinlock"), ("evpool", "boost"), ("evpool", "private")]
+NAME = re.compile(r"^(?P<backend>[^/]+)/(?P<workload>[^/]+)/(?P<variant>[^/]+)"
+                  r"/real_time/threads:(?P<threads>\d+)")
 
 
 def load(json_path):
-    """Returns (context, {(backend, workload): {variant: {threads: (ops_per_s, events_created)}}})."""
+    """Returns (context, {(backend, workload): {variant: {threads: (ops_per_s, events_created)}}}).
+
+    Keys and variants are in the order of the JSON, which is the benchmark's registration order."""
     data = json.loads(pathlib.Path(json_path).read_text())
     has_aggregates = any(b.get("run_type") == "aggregate" for b in data["benchmarks"])
     table = {}
@@ -30,47 +34,77 @@ def load(json_path):
     return data.get("context", {}), table
 
 
-def _ordered(variants):
-    return sorted(variants, key=lambda v: VARIANT_ORDER.index(v) if v in VARIANT_ORDER else len(VARIANT_ORDER))
+# What runs from before the catalogue have: no order of their own, no references.
+NO_CATALOGUE = {"variants": [], "workloads": [], "references": {}}
 
 
-def _millions(value):
-    return "-" if value is None else f"{value / 1e6:.2f}"
+def catalogue(context):
+    """The benchmark's catalogue from a run's context (NO_CATALOGUE for runs from before it)."""
+    text = context.get("catalogue")
+    return json.loads(text) if text else NO_CATALOGUE
 
 
-def format_tables(table):
+def _ordered(names, order):
+    """`names` in the catalogue's `order`; in their own order where there is none."""
+    if not order:
+        return list(names)
+    return sorted(names, key=lambda name: order.index(name) if name in order else len(order))
+
+
+def _ordered_keys(table, known):
+    backends = sorted({backend for backend, _ in table}, key=lambda b: (b != "host", b))
+    return [(backend, workload) for backend in backends
+            for workload in _ordered([w for b, w in table if b == backend], known["workloads"])]
+
+
+def _format_table(title, header, rows):
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = [f"\n{title}", "  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return lines
+
+
+def _by_thread_count(by_variant, variants, cell):
+    """Rows: one per thread count, one cell(variant, point) per variant ("-" where it has none)."""
+    threads = sorted({t for points in by_variant.values() for t in points})
+    return [[str(t)] + [cell(v, t, by_variant[v][t]) if t in by_variant[v] else "-" for v in variants]
+            for t in threads]
+
+
+def format_tables(table, known=NO_CATALOGUE):
+    """Per backend and workload: throughput, throughput as a fraction of the workload's reference
+    (from the catalogue), and the events each variant created."""
     lines = []
-    for (backend, workload), by_variant in sorted(table.items()):
-        variants = _ordered(by_variant)
-        ratios = [(a, b) for a, b in RATIOS if a in by_variant and b in by_variant]
-        threads = sorted({t for points in by_variant.values() for t in points})
-        header = ["threads"] + variants + [f"{a}/{b}" for a, b in ratios]
-        rows = []
-        for t in threads:
-            row = [str(t)]
-            for v in variants:
-                point = by_variant[v].get(t)
-                row.append(_millions(point[0]) if point else "-")
-            for a, b in ratios:
-                pa, pb = by_variant[a].get(t), by_variant[b].get(t)
-                row.append(f"{pa[0] / pb[0]:.2f}x" if pa and pb and pb[0] else "-")
-            rows.append(row)
-        widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-        lines.append(f"\n{backend} / {workload}: million Get+Put pairs per second, all threads together")
-        lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-        created = {v: max(p[1] or 0 for p in by_variant[v].values()) for v in variants}
-        lines.append("events created at the most thread count: " +
-                     ", ".join(f"{v} {int(created[v])}" for v in variants))
+    for backend, workload in _ordered_keys(table, known):
+        by_variant = table[(backend, workload)]
+        variants = _ordered(by_variant, known["variants"])
+        header = ["threads"] + variants
+        lines += _format_table(
+            f"{backend} / {workload}: million events per second (got and put back), all threads together",
+            header, _by_thread_count(by_variant, variants, lambda v, t, p: f"{p[0] / 1e6:.2f}"))
+        reference = known["references"].get(workload)
+        if reference:
+            ref_workload, ref_variant = reference.split("/")
+            ref_points = table.get((backend, ref_workload), {}).get(ref_variant, {})
+            if ref_points:
+                def ratio(_variant, threads, point):
+                    ref = ref_points.get(threads)
+                    return f"{point[0] / ref[0]:.3f}" if ref and ref[0] else "-"
+                lines += _format_table(f"{backend} / {workload}: as a fraction of {backend}/{reference}",
+                                       header, _by_thread_count(by_variant, variants, ratio))
+        lines += _format_table(f"{backend} / {workload}: events created, pre-warming included", header,
+                               _by_thread_count(by_variant, variants,
+                                                lambda v, t, p: "-" if p[1] is None else str(int(p[1]))))
     return "\n".join(lines)
 
 
-def write_csv(table, path):
+def write_csv(table, path, known=NO_CATALOGUE):
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["backend", "workload", "variant", "threads", "ops_per_second", "events_created"])
-        for (backend, workload), by_variant in sorted(table.items()):
-            for variant in _ordered(by_variant):
+        for backend, workload in _ordered_keys(table, known):
+            by_variant = table[(backend, workload)]
+            for variant in _ordered(by_variant, known["variants"]):
                 for threads, (ops, created) in sorted(by_variant[variant].items()):
                     writer.writerow([backend, workload, variant, threads, f"{ops:.0f}",
                                      "" if created is None else int(created)])
@@ -83,8 +117,9 @@ def _si(value, _position=None):
     return f"{value:g}"
 
 
-def plot(table, context, out_dir):
-    """One PNG per backend and workload; returns their paths (none if matplotlib is missing)."""
+def plot(table, context, out_dir, known=NO_CATALOGUE):
+    """One PNG per backend and workload, the first variant (the subject) drawn boldest; returns
+    their paths (none if matplotlib is missing)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -95,11 +130,14 @@ def plot(table, context, out_dir):
         return []
     paths = []
     machine = f"{context.get('num_cpus', '?')} CPUs, GPUs: {context.get('gpus', '?')}"
-    for (backend, workload), by_variant in sorted(table.items()):
+    for backend, workload in _ordered_keys(table, known):
+        by_variant = table[(backend, workload)]
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for variant in _ordered(by_variant):
+        variants = _ordered(by_variant, known["variants"])
+        for variant in variants:
             points = sorted(by_variant[variant].items())
-            style = dict(linewidth=2.5, marker="o") if variant == "evpool" else dict(linewidth=1.2, marker=".")
+            subject = variant == variants[0]
+            style = dict(linewidth=2.5, marker="o") if subject else dict(linewidth=1.2, marker=".")
             ax.plot([t for t, _ in points], [p[0] for t, p in points], label=variant, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -111,7 +149,7 @@ def plot(table, context, out_dir):
         ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2.0, 5.0)))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(_si))
         ax.set_xlabel("threads")
-        ax.set_ylabel("Get+Put pairs per second (all threads)")
+        ax.set_ylabel("events got and put back per second (all threads)")
         ax.set_title(f"{backend} backend, {workload} workload\n{machine}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -125,10 +163,11 @@ def plot(table, context, out_dir):
 
 def report(json_path, out_dir):
     context, table = load(json_path)
-    print(format_tables(table))
+    known = catalogue(context)
+    print(format_tables(table, known))
     csv_path = pathlib.Path(out_dir) / "results.csv"
-    write_csv(table, csv_path)
-    plots = plot(table, context, out_dir)
+    write_csv(table, csv_path, known)
+    plots = plot(table, context, out_dir, known)
     print(f"\nresults: {json_path}\n         {csv_path}")
     for path in plots:
         print(f"         {path}")
@@ -137,10 +176,11 @@ def report(json_path, out_dir):
 def compare(before_path, after_path):
     """Lines comparing two runs point by point: after/before throughput."""
     _, before = load(before_path)
-    _, after = load(after_path)
+    context, after = load(after_path)
+    known = catalogue(context)
     lines = [f"{'benchmark':<45} {'before M/s':>11} {'after M/s':>10} {'after/before':>13}"]
-    for key in sorted(set(before) & set(after)):
-        for variant in _ordered(set(before[key]) & set(after[key])):
+    for key in _ordered_keys({k: None for k in after if k in before}, known):
+        for variant in _ordered([v for v in after[key] if v in before[key]], known["variants"]):
             for threads in sorted(set(before[key][variant]) & set(after[key][variant])):
                 b = before[key][variant][threads][0]
                 a = after[key][variant][threads][0]

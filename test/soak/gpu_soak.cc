@@ -29,7 +29,7 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
-#include "testing/counting_backend.h"
+#include "support/counting_backend.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// evpool baseline: a faithful re-implementation of the design evpool replaces. Private;
+// evpool competitor: a faithful re-implementation of the design evpool replaces. Private;
 // benchmarks and differential tests only.
 //
 // DALI's CUDAEventPool (dali/core/cuda_event_pool.cc), over the EventBackend concept: per-device
@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "baseline/yielding_spinlock.h"
+#include "competitors/yielding_spinlock.h"
 #include "evpool/event_backend.h"
 
-namespace evpool::baseline {
+namespace evpool::competitors {
 
 template <EventBackend Backend>
 class SpinlockEventPool {
@@ -99,4 +99,4 @@ class SpinlockEventPool {
   std::vector<EventEntry *> device_lists_;
 };
 
-}  // namespace evpool::baseline
+}  // namespace evpool::competitors

@@ -1,4 +1,4 @@
-// evpool baseline: the lock of the design being replaced. Private; benchmarks and tests only.
+// evpool competitor: the lock of the design being replaced. Private; benchmarks and tests only.
 //
 // A test-and-set flag that spins `SpinsBeforeYield` times and then yields on every further failed
 // attempt, as DALI's dali::spinlock (yielding_spinlock<100>) does.
@@ -7,7 +7,7 @@
 #include <atomic>
 #include <thread>
 
-namespace evpool::baseline {
+namespace evpool::competitors {
 
 template <int SpinsBeforeYield>
 class YieldingSpinlock {
@@ -30,4 +30,4 @@ class YieldingSpinlock {
   std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
 };
 
-}  // namespace evpool::baseline
+}  // namespace evpool::competitors

@@ -1,6 +1,6 @@
-// evpool testing: a backend adapter that counts the events created and destroyed through it, so
-// that benchmarks report every variant's idle memory in one unit and soak tests can check that no
-// event is lost, whatever the backend. Private; benchmarks and tests only.
+// evpool test support: a backend adapter that counts the events created and destroyed through it,
+// so that benchmarks report every variant's idle memory in one unit and soak tests can check that
+// no event is lost, whatever the backend. Private; benchmarks and tests only.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
-// evpool baseline: a std::mutex and a std::vector of idle events per device, the shape of PyTorch's
-// CUDA event pool. Private; benchmarks and differential tests only.
+// evpool competitor: a std::mutex and a std::vector of idle events per device, the shape of
+// PyTorch's CUDA event pool. Private; benchmarks and differential tests only.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/event_backend.h"
 
-namespace evpool::baseline {
+namespace evpool::competitors {
 
 template <EventBackend Backend>
 class MutexEventPool {
@@ -67,4 +67,4 @@ class MutexEventPool {
   int device_count_;
 };
 
-}  // namespace evpool::baseline
+}  // namespace evpool::competitors

@@ -1,5 +1,5 @@
-// evpool baseline: a boost::lockfree::stack of idle events per device, as HPX and pika pool their
-// CUDA events. Private; benchmarks and differential tests only.
+// evpool competitor: a boost::lockfree::stack of idle events per device, as HPX and pika pool
+// their CUDA events. Private; benchmarks and differential tests only.
 //
 // Boost's stack links heap nodes by pointer with a 16-bit tag stolen from the pointer's top bits
 // (48-bit address assumption) and keeps its own node free-list.
@@ -14,7 +14,7 @@
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/event_backend.h"
 
-namespace evpool::baseline {
+namespace evpool::competitors {
 
 template <EventBackend Backend>
 class BoostLockfreeEventPool {
@@ -60,4 +60,4 @@ class BoostLockfreeEventPool {
   std::unique_ptr<std::unique_ptr<Stack>[]> devices_;  // each stack is cache-line aligned by Boost
 };
 
-}  // namespace evpool::baseline
+}  // namespace evpool::competitors
