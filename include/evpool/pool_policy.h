@@ -13,6 +13,8 @@
 // that tests can show that the checks detect the ABA duplicate a narrow tag lets through.
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <atomic>
 
 #include "evpool/detail/backoff.h"
