@@ -3,6 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stdexcept>
+
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/export.h"
 

@@ -6,8 +6,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stdexcept>
 #include <utility>
 
+#include "evpool/cuda_error.h"
 #include "evpool/export.h"
 
 namespace evpool {

@@ -10,9 +10,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <new>
+#include <stdexcept>
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/export.h"
 

@@ -8,6 +8,8 @@
 // under ThreadSanitizer, on machines without a GPU.
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <concepts>
 #include <type_traits>
 #include <utility>

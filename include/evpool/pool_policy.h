@@ -14,6 +14,8 @@
 // detect the ABA corruption a narrow tag lets through.
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <atomic>
 #include <thread>
 

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/export.h"
 
