@@ -6,18 +6,16 @@
 #include "evpool/detail/fork_guard.h"
 
 namespace evpool::detail {
+
+std::atomic<std::uint32_t> process_fork_generation{0};
+
 namespace {
 
-// Relaxed: the child handler runs in the child's only thread before fork() returns there, so
-// that thread sees the new value; threads the child starts later are ordered by their creation.
-std::atomic<std::uint32_t> generation{0};
-
-void on_fork_child() noexcept { generation.fetch_add(1, std::memory_order_relaxed); }
+// Relaxed: see fork_generation().
+void on_fork_child() noexcept { process_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 
 [[maybe_unused]] const int registered = pthread_atfork(nullptr, nullptr, &on_fork_child);
 
 }  // namespace
-
-std::uint32_t fork_generation() noexcept { return generation.load(std::memory_order_relaxed); }
 
 }  // namespace evpool::detail

@@ -56,7 +56,7 @@ EVPOOL_API void heavy_fence() noexcept;
 /// The production pair: a compiler barrier for owners, membarrier for purgers.
 struct AsymmetricFence {
   template <class Atomic>
-  static void announce(Atomic &busy) noexcept {
+  [[gnu::always_inline]] static void announce(Atomic &busy) noexcept {
     busy.store(1, std::memory_order_relaxed);
     // The owner's half of the pair.
     // Relaxed: a constant after the first pool's construction (see owners_fence_fully).
@@ -72,7 +72,7 @@ struct AsymmetricFence {
 /// The ThreadSanitizer pair: seq_cst on both sides, nothing TSan cannot model.
 struct SymmetricFence {
   template <class Atomic>
-  static void announce(Atomic &busy) noexcept {
+  [[gnu::always_inline]] static void announce(Atomic &busy) noexcept {
     busy.exchange(1, std::memory_order_seq_cst);
   }
   static void purger_fence() noexcept {}

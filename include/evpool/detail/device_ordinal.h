@@ -7,13 +7,19 @@
 
 namespace evpool::detail {
 
-/// Throws std::out_of_range naming `operation`, the ordinal and the valid range, unless
-/// 0 <= device < device_count.
+/// Throws std::out_of_range naming `operation`, the ordinal and the valid range.
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_device_out_of_range(int device, int device_count,
+                                                                            const char *operation) {
+  throw std::out_of_range("evpool: " + std::string(operation) + ": device ordinal " +
+                          std::to_string(device) + " is out of range [0, " +
+                          std::to_string(device_count) + ")");
+}
+
+/// Throws as above unless 0 <= device < device_count. On every Get and Put: the comparison is
+/// inlined, the message built only when thrown.
 inline void check_device_ordinal(int device, int device_count, const char *operation) {
-  if (device < 0 || device >= device_count)
-    throw std::out_of_range("evpool: " + std::string(operation) + ": device ordinal " +
-                            std::to_string(device) + " is out of range [0, " +
-                            std::to_string(device_count) + ")");
+  if (static_cast<unsigned>(device) >= static_cast<unsigned>(device_count)) [[unlikely]]
+    throw_device_out_of_range(device, device_count, operation);
 }
 
 }  // namespace evpool::detail

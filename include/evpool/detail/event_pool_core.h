@@ -146,7 +146,8 @@ class EventPoolCore {
   }
 
   void Put(event_type &&event, int device_id) {
-    if (!event) throw std::invalid_argument("evpool: Put of an empty event");
+    if (!event) [[unlikely]]
+      throw std::invalid_argument("evpool: Put of an empty event");
     forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
     if (keep(event.get(), device))
@@ -265,17 +266,24 @@ class EventPoolCore {
 
   // ---- The two operations, through the cache or around it ---------------------------------------
 
-  // An idle event of the device, or a new one; counts `leases` new leases.
-  handle_type obtain(int device, int leases) {
-    handle_type handle;
+  // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
+  // cache's loaded magazine; everything past it is out of line.
+  [[gnu::always_inline]] handle_type obtain(int device, int leases) {
     if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+        handle_type handle;
         const bool hit = take_from_cache(*cache, device, handle);
         if (hit && leases != 0) cache->owner_count_leases(leases);
         cache->owner_exit();
-        if (hit) return handle;
+        if (hit) [[likely]]
+          return handle;
       }
     }
+    return obtain_around_cache(device, leases);
+  }
+
+  [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
+    handle_type handle;
     if (!depots_[device].take_one(handle, arena_, max_idle_))
       handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
     if (leases != 0) count_leases(leases);
@@ -285,9 +293,9 @@ class EventPoolCore {
   // Files the handle under the device; false if it is over the idle limit (the caller destroys
   // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
   // changed and the caller still owns the handle.
-  bool keep(handle_type handle, int device) {
+  [[gnu::always_inline]] bool keep(handle_type handle, int device) {
     if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
         struct ExitOnReturn {
           Cache &cache;
           ~ExitOnReturn() { cache.owner_exit(); }
@@ -296,6 +304,10 @@ class EventPoolCore {
         return true;
       }
     }
+    return keep_around_cache(handle, device);
+  }
+
+  [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device) {
     return depots_[device].give_one(handle, arena_, max_idle_);
   }
 
@@ -317,7 +329,7 @@ class EventPoolCore {
 
   // ---- The cache: owner side (between owner_enter and owner_exit) -------------------------------
 
-  Cache *this_thread_cache() noexcept {
+  [[gnu::always_inline]] Cache *this_thread_cache() noexcept {
     ThreadCacheDirectory &directory = this_thread_caches;
     if (directory.hint_id == id_) [[likely]]
       return static_cast<Cache *>(directory.hint);
@@ -347,7 +359,7 @@ class EventPoolCore {
     return nullptr;
   }
 
-  bool take_from_cache(Cache &cache, int device, handle_type &handle) noexcept {
+  [[gnu::always_inline]] bool take_from_cache(Cache &cache, int device, handle_type &handle) noexcept {
     auto &magazines = cache.owner_magazines(device);
     Magazine *loaded = magazines.loaded.magazine;
     if (loaded == nullptr || loaded->empty()) [[unlikely]] {
@@ -374,7 +386,7 @@ class EventPoolCore {
     return true;
   }
 
-  void put_into_cache(Cache &cache, int device, handle_type handle) {
+  [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle) {
     auto &magazines = cache.owner_magazines(device);
     Magazine *loaded = magazines.loaded.magazine;
     if (loaded == nullptr || loaded->full()) [[unlikely]] {
@@ -536,7 +548,7 @@ class EventPoolCore {
 
   // ---- fork() ------------------------------------------------------------------------------------
 
-  void forget_events_of_parent_process() noexcept {
+  [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
     fork_guard_.check([this] {
       for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
       if constexpr (kCached) {
@@ -551,21 +563,25 @@ class EventPoolCore {
 
   // ---- Arguments -----------------------------------------------------------------------------
 
-  int resolve_device(int device_id, const char *operation) const {
+  [[gnu::always_inline]] int resolve_device(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
     check_device(device, operation);
     return device;
   }
 
-  int device_for_put(const event_type &event, int device_id) const {
+  [[gnu::always_inline]] int device_for_put(const event_type &event, int device_id) const {
     const int recorded = event.device_id();
     if (device_id == -1) return resolve_device(recorded, "Put");
     check_device(device_id, "Put");
-    if (recorded != -1 && recorded != device_id)
-      throw std::invalid_argument("evpool: Put of an event of device " + std::to_string(recorded) +
-                                  " under device " + std::to_string(device_id) +
-                                  "; the caller still owns the event");
+    if (recorded != -1 && recorded != device_id) [[unlikely]]
+      throw_contradicting_device(recorded, device_id);
     return device_id;
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_contradicting_device(int recorded, int device_id) {
+    throw std::invalid_argument("evpool: Put of an event of device " + std::to_string(recorded) +
+                                " under device " + std::to_string(device_id) +
+                                "; the caller still owns the event");
   }
 
   void check_device(int device, const char *operation) const {

@@ -8,9 +8,10 @@
 // pool operation in a child must forget (not destroy) every idle event.
 //
 // The process keeps a fork generation, bumped by a pthread_atfork child handler (src/fork_generation.cc).
-// Each pool remembers the generation its events belong to; the hot path compares the two words
-// with one relaxed load each (the process word is written only inside fork, the pool's only once
-// per fork), so it costs nothing measurable.
+// Each pool remembers the generation its events belong to; the hot path compares the two words:
+// a relaxed load of the process word (written only inside fork) and an acquire load of the pool's
+// (written once per fork; acquire so that a thread seeing the new generation also sees the
+// forgetting that preceded it). Both are plain loads on x86 and read lines nobody writes.
 //
 // Forgetting runs once per child, while other threads of the child may already call into the
 // pool: one thread becomes the cleaner with a compare-exchange and the others wait (yielding) until
@@ -34,8 +35,16 @@
 
 namespace evpool::detail {
 
-/// The process's fork generation: 0 in the original process, +1 in each fork() child.
-EVPOOL_API std::uint32_t fork_generation() noexcept;
+/// Bumped in each fork() child by a pthread_atfork handler (src/fork_generation.cc).
+EVPOOL_API extern std::atomic<std::uint32_t> process_fork_generation;
+
+/// The process's fork generation: 0 in the original process, +1 in each fork() child. Inline:
+/// every Get and Put reads it.
+inline std::uint32_t fork_generation() noexcept {
+  // Relaxed: the child handler runs in the child's only thread before fork() returns there, so
+  // that thread sees the new value; threads the child starts later are ordered by their creation.
+  return process_fork_generation.load(std::memory_order_relaxed);
+}
 
 class ForkGuard {
  public:
@@ -44,7 +53,7 @@ class ForkGuard {
   /// Calls `forget()` exactly once in each forked child, before any caller of check() in that
   /// child proceeds. Thread-safe; lock-free except for the wait while another thread forgets.
   template <class Forget>
-  void check(Forget &&forget) noexcept {
+  [[gnu::always_inline]] void check(Forget &&forget) noexcept {
     // Acquire: once we see the current generation, we also see the forgetting that preceded it.
     const std::uint64_t state = state_.load(std::memory_order_acquire);
     if (owner_of(state) != fork_generation()) [[unlikely]]
@@ -65,7 +74,7 @@ class ForkGuard {
   }
 
   template <class Forget>
-  void forget_once(std::uint64_t state, Forget &forget) noexcept {
+  [[gnu::noinline]] void forget_once(std::uint64_t state, Forget &forget) noexcept {
     const std::uint32_t now = fork_generation();
     for (;;) {
       if (owner_of(state) == now) return;

@@ -84,7 +84,7 @@ class ThreadCache final : public ThreadCacheLink {
   // ---- Owner side: only the thread whose directory holds the cache ----------------------------
 
   /// Announces a call. False: a purger holds the cache (or the pool is closed); do not touch it.
-  bool owner_enter() noexcept {
+  [[gnu::always_inline]] bool owner_enter() noexcept {
     Fence::announce(busy_);
     // Seq_cst: the load half of the Dekker pair (plain on x86, ldar on Arm). On the success path
     // it also acquires the purger's release of kOpen, so the owner sees what the purger did.
