@@ -2,6 +2,7 @@
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,10 +36,14 @@ bool asymmetric_fence_available() noexcept {
 }
 
 void heavy_fence() noexcept {
-  if (asymmetric_fence_available() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
-  // Without registration owners fence fully, and a full fence here completes the pair. A
-  // registered process cannot get here: membarrier(2) lists no error for a registered command.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!asymmetric_fence_available()) {
+    // Owners fence fully, so a full fence here completes the pair.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return;
+  }
+  // Owners rely on this barrier: it must happen. A registered command can only fail for lack of
+  // kernel memory (ENOMEM, for its CPU mask), which passes; retry until it succeeds.
+  while (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) sched_yield();
 }
 
 }  // namespace evpool::detail

@@ -10,9 +10,10 @@
 // over HostBackend.
 //
 // Progress guarantees, stated per function below: Get and Put never wait for another thread
-// (lock-free; a thread's first call on a pool registers its cache under a short lock). Purge and
-// Trim are blocking: they take the pool's registry lock and wait for any thread that is in the
-// middle of a Get or Put on this pool to finish that call.
+// (lock-free), except a thread's first call on a pool, which registers its cache under the pool's
+// registry lock (and so may wait for a Purge or Trim in progress). Purge and Trim are blocking:
+// they take that lock and wait for any thread that is in the middle of a Get or Put on this pool
+// to finish that call.
 #pragma once
 
 #include <cstddef>
@@ -63,8 +64,8 @@ class BasicEventPool {
   /// with the pool's flags if none is idle. Served from the calling thread's cache; when that is
   /// empty, from the device's depot (a magazine at a time).
   /// Thread-safe. Lock-free when an idle event exists (the thread's first call on this pool
-  /// registers its cache under a short lock); a miss calls the backend's create, which may block
-  /// inside the driver.
+  /// registers its cache under the registry lock, see above); a miss calls the backend's create,
+  /// which may block inside the driver.
   /// Throws std::out_of_range for a device outside [0, device_count()), and whatever the backend's
   /// create throws; the pool is unchanged in both cases.
   event_type Get(int device_id = -1) { return core_->Get(device_id); }
@@ -80,7 +81,9 @@ class BasicEventPool {
   void Put(event_type &&event, int device_id = -1) { core_->Put(std::move(event), device_id); }
 
   /// Destroys every event that is idle in the pool when it begins: in the depots and in every
-  /// thread's cache, including caches of threads that are asleep. Events Put concurrently may stay.
+  /// thread's cache, including caches of threads that are asleep. Exceptions: events Put
+  /// concurrently may stay, and so may the rest of a magazine that a concurrent Get (which
+  /// bypasses its cache while Purge runs) had taken out of the depot at that moment.
   /// Thread-safe; may run concurrently with Get, Put and other Purges, which meanwhile bypass their
   /// caches. Blocking: takes the pool's registry lock and waits for threads that are in the middle
   /// of a call on this pool (never for idle ones); destroys events through the backend (driver

@@ -31,9 +31,11 @@
 // and Reserve (so that every thread's first Gets hit, not only the reserver's).
 //
 // Purge and Trim empty every cache, also those of sleeping threads, through the handshake of
-// thread_cache.h, then trim the depots. Events that were idle when they began are destroyed (beyond
-// what Trim keeps); Gets and Puts that run meanwhile bypass their caches. Purge may wait for a
-// thread that is in the middle of a call on this pool; it never waits for an idle one.
+// thread_cache.h, trim the depots, and only then reopen the caches. Events that were idle when
+// they began are destroyed (beyond what Trim keeps), except what a concurrent Get that bypasses
+// its cache has taken out of the depot at that moment (the rest of one magazine per such Get).
+// Gets and Puts that run meanwhile bypass their caches. Purge may wait for a thread that is in the
+// middle of a call on this pool; it never waits for an idle one.
 //
 // Idle bound: the depot never holds more than the limit; each thread's cache holds at most two
 // magazines per device. So a device has at most max_idle + threads x 2 x cache_capacity idle
@@ -132,10 +134,11 @@ class EventPoolCore {
         cache->let_go();
       }
       caches_.clear();
+      leased += retired_leases_;
     }
     // Release: a lease that ends later and sees it (acquire) destroys its event instead.
     closed_.store(true, std::memory_order_release);
-    for (int device = 0; device < device_count_; ++device) trim_depot(device, 0);
+    trim_depots(0);
     settle_leases(leased - kLeaseBias);  // may delete this: the last action
   }
 
@@ -177,8 +180,17 @@ class EventPoolCore {
 
   void Trim(std::size_t keep_per_device) noexcept {
     forget_events_of_parent_process();
-    if constexpr (kCached) drain_caches(keep_per_device > 0);
-    for (int device = 0; device < device_count_; ++device) trim_depot(device, keep_per_device);
+    if constexpr (kCached) {
+      // The caches stay closed until the depots are trimmed: a reopened cache could otherwise
+      // take a magazine of events that were idle when the Trim began out of the depot, beyond
+      // the trim's reach.
+      std::lock_guard lock(registry_lock_);
+      drain_caches(keep_per_device > 0);
+      trim_depots(keep_per_device);
+      for (Cache *cache : caches_) cache->purger_reopen();
+    } else {
+      trim_depots(keep_per_device);
+    }
   }
 
   /// A lease begins: an event of the device, counted as leased until end_lease.
@@ -261,7 +273,7 @@ class EventPoolCore {
 
   ~EventPoolCore() {
     // Events a lease returned to a depot while close() was trimming it.
-    for (int device = 0; device < device_count_; ++device) trim_depot(device, 0);
+    trim_depots(0);
   }
 
   // ---- The two operations, through the cache or around it ---------------------------------------
@@ -337,7 +349,8 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
-    if (this_thread_caches.torn_down) return nullptr;
+    // Acquire: pairs with close(). A lease ending after its pool needs no cache.
+    if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
     // The id names a pool of this very type, so the cast is exact.
     if (ThreadCacheLink *found = find_thread_cache(id_)) return static_cast<Cache *>(found);
     Cache *cache = nullptr;
@@ -423,8 +436,8 @@ class EventPoolCore {
   // ---- The cache: purger side (under registry_lock_) --------------------------------------------
 
   // Empties every cache: destroys their events, or moves them to the depots if `keep_events`.
+  // Leaves every cache requested (bypassed); the caller reopens them.
   void drain_caches(bool keep_events) noexcept {
-    std::lock_guard lock(registry_lock_);
     collect_abandoned_caches();
     for (Cache *cache : caches_) cache->purger_request(Cache::kDraining);
     Fence::purger_fence();
@@ -433,8 +446,11 @@ class EventPoolCore {
       for_each_magazine(*cache, [&](Slot &slot, int device) {
         if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(*slot.magazine);
       });
-      cache->purger_reopen();
     }
+  }
+
+  void trim_depots(std::size_t keep) noexcept {
+    for (int device = 0; device < device_count_; ++device) trim_depot(device, keep);
   }
 
   // Hands the slot's magazine to the depot (what fits under the idle limit; the rest is destroyed)
@@ -458,16 +474,22 @@ class EventPoolCore {
   }
 
   // Collects the caches of exited threads: what they still hold goes to the depots, their lease
-  // counts to the balance.
+  // counts to retired_leases_.
   void collect_abandoned_caches() noexcept {
-    std::erase_if(caches_, [this](Cache *cache) {
-      if (!cache->abandoned()) return false;
+    // Each collected cache leaves the vector before it is let go, so that a fork() child that
+    // walks the vector never meets a deleted cache.
+    for (std::size_t i = 0; i < caches_.size();) {
+      Cache *cache = caches_[i];
+      if (!cache->abandoned()) {
+        ++i;
+        continue;
+      }
       return_magazines(*cache);
-      // Relaxed: the bias keeps the balance above zero while the pool lives.
-      lease_balance_.fetch_add(cache->purger_leases(), std::memory_order_relaxed);
+      retired_leases_ += cache->purger_leases();
+      caches_[i] = caches_.back();
+      caches_.pop_back();
       cache->let_go();
-      return true;
-    });
+    }
   }
 
   // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
@@ -554,9 +576,7 @@ class EventPoolCore {
       if constexpr (kCached) {
         // No thread of the child can hold the lock or be inside a cache: they all wait for us.
         registry_lock_.reset_in_child();
-        std::int64_t leased = 0;
-        for (Cache *cache : caches_) leased += cache->forget_in_child();
-        lease_balance_.fetch_add(leased, std::memory_order_relaxed);
+        for (Cache *cache : caches_) retired_leases_ += cache->forget_in_child();
       }
     });
   }
@@ -604,6 +624,7 @@ class EventPoolCore {
   // The registry of thread caches, under registry_lock_.
   RegistryLock<Policy> registry_lock_;
   std::vector<Cache *> caches_;
+  std::int64_t retired_leases_ = 0;  // the lease counts of collected (and fork-forgotten) caches
   bool registry_closed_ = false;
 };
 
