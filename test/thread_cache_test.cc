@@ -117,6 +117,54 @@ TYPED_TEST(ThreadCache, PurgeDestroysTheCachedEventsOfAParkedThread) {
   });
 }
 
+// A HostBackend (sharing the counters of the one it is made from) whose next destroy first runs a
+// hook, once: a test can act while a Purge is inside its destroy calls.
+struct HookedBackend : HostBackend {
+  explicit HookedBackend(const HostBackend &counters) : HostBackend(counters) {}
+  void destroy(handle_type token) noexcept {
+    if (*hook) std::exchange(*hook, nullptr)();
+    HostBackend::destroy(token);
+  }
+  std::shared_ptr<std::function<void()>> hook = std::make_shared<std::function<void()>>();
+};
+
+// Regression: Purge used to reopen each drained cache before trimming the depots, so a Get made
+// meanwhile by a thread whose cache was already drained took a whole filled magazine of events
+// that were idle when the Purge began out of the depot, into its cache, where they survived it.
+// Here that Get runs, to its end, during the Purge's first destroy (draining this thread's cache,
+// after the other thread's empty one): before the depot trim, which must then reach every event
+// idle at the start of the Purge but the one the Get took.
+TYPED_TEST(ThreadCache, AGetDuringPurgeLeavesNoEventThatWasIdleWhenItBeganAlive) {
+  using Pool = BasicEventPool<HookedBackend, TypeParam>;
+  HostBackend backend(1);
+  HookedBackend hooked(backend);
+  const std::shared_ptr<std::function<void()>> hook = hooked.hook;
+  Pool pool(std::move(hooked));
+  ParkedThread parked;
+  parked.run([&] {  // registers the first cache, then empties it: drained first, with nothing in it
+    pool.Put(pool.Get(0));
+    pool.FlushThreadCache();
+  });
+  pool.Reserve(0, 96);  // filled magazines, idle in the depot
+  pool.Put(pool.Get(0));  // this thread's cache holds events: the Purge destroys them
+  ASSERT_EQ(backend.destroyed(), 0u);
+  Event held;
+  std::uint64_t destroyed_before_get = 0;
+  *hook = [&] {  // runs on this thread, inside the Purge, before its first destroy
+    destroyed_before_get = backend.destroyed();
+    parked.run([&] { held = pool.Get(0); });  // returns once the Get has returned
+  };
+  pool.Purge();
+  EXPECT_FALSE(*hook) << "the Purge destroyed nothing";
+  EXPECT_EQ(destroyed_before_get, 0u);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(backend.created(), backend.destroyed() + 1)
+      << "events idle when the Purge began survived it: "
+      << backend.created() - backend.destroyed() - 1;
+  held = Event();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
 TYPED_TEST(ThreadCache, TrimMovesAParkedThreadsCachedEventsToTheDepot) {
   HostBackend backend(1);
   typename TestFixture::Pool pool(backend);
