@@ -101,10 +101,11 @@ struct Violations {
   int destroyed_twice = 0;       // at the end
   int lost = 0;                  // at the end: an event never destroyed
   int unknown = 0;               // a token the backend never created, handed out or destroyed
+  int corrupt_depot = 0;         // the pool found a magazine both filled and empty
 
   int total() const {
     return held_twice + destroyed_handed_out + wrong_device + copies_disagree + over_idle_limit +
-           destroyed_twice + lost + unknown;
+           destroyed_twice + lost + unknown + corrupt_depot;
   }
   void add(const Violations &o) {
     held_twice += o.held_twice;
@@ -115,6 +116,7 @@ struct Violations {
     destroyed_twice += o.destroyed_twice;
     lost += o.lost;
     unknown += o.unknown;
+    corrupt_depot += o.corrupt_depot;
   }
   std::string describe() const {
     if (total() == 0) return "no violations";
@@ -130,6 +132,7 @@ struct Violations {
     item(destroyed_twice, "destroyed twice");
     item(lost, "lost");
     item(unknown, "unknown token");
+    item(corrupt_depot, "corrupt depot");
     return "schedules with violations: " + text;
   }
 };
@@ -175,6 +178,7 @@ class ScenarioRun {
   }
 
   Violations run(Strategy &strategy) {
+    testing_support::depot_corruptions_reported.store(0);
     std::vector<std::function<void()>> bodies;
     for (std::size_t t = 0; t < scenario_.threads.size(); ++t)
       bodies.push_back([this, t] {
@@ -188,6 +192,7 @@ class ScenarioRun {
         pool_->FlushThreadCache();
       });
     DeterministicScheduler::run(bodies, strategy);
+    if (testing_support::depot_corruptions_reported.load() != 0) found_.corrupt_depot = 1;
     tear_down();
     return found_;
   }
@@ -524,33 +529,30 @@ TYPED_TEST(Interleavings, ThreeThreadsOfEveryKindRandomSample) {
 // Thread 0 loads head (X, t) and reads X.next = Y; thread 1 purges (X, Y and Z move to the spare
 // stack, their events destroyed), gets a new event and puts it back into node X, whose next is
 // now nil: two writes of the head, which is (X, t + 2) again under a 1-bit tag. Thread 0's
-// compare-exchange then succeeds and makes Y, a spare node holding a destroyed event, the top;
-// its second Get hands that event out. With 40 bits the tag has moved on and thread 0 retries.
+// compare-exchange then succeeds and makes Y, an emptied magazine (its event destroyed), the top;
+// its second Get finds it (an empty magazine on the filled stack: the depot reports corruption).
+// With 40 bits the tag has moved on and thread 0 retries.
 const Scenario kPurgeAbaScenario{.prewarm = {0, 0, 0}, .threads = {{Get(), Get()}, {Purge(), Get(), Put()}}};
 
 TEST(AbaWindow, ANarrowTagLetsTheChecksSeeAnAbaCorruption) {
   const Violations narrow =
       explore_exhaustively<DeterministicNoCachePolicy<1>>(kPurgeAbaScenario, 1, "ABA after a Purge");
-  EXPECT_GT(narrow.destroyed_handed_out, 0) << "the checks did not catch the ABA a 1-bit tag allows";
+  EXPECT_GT(narrow.destroyed_handed_out + narrow.corrupt_depot, 0)
+      << "the checks did not catch the ABA a 1-bit tag allows";
 }
 
 TEST(AbaWindow, TheProductionTagPreventsTheAbaCorruption) {
   expect_none(explore_exhaustively<DeterministicNoCachePolicy<>>(kPurgeAbaScenario, 1, "ABA after a Purge"));
 }
 
-// Shared leases alone, without Trim or Purge. Prewarmed: X over Y over Z. Thread 0 loads (X, t)
-// and reads X.next = Y; thread 1 leases X and Y, gets Z, and drops the lease of X, which pushes X
-// back alone: four writes, (X, t + 4), the same word under a 2-bit tag. Thread 0's compare-exchange
-// installs Y, still leased, and its next Get hands out the leased event.
+// Shared leases alone, without Trim or Purge. Before the caches, a shared lease kept its event in
+// its node and pushed that node back alone, reordering the stack, so a 2-bit tag let this scenario
+// hand out a leased event again. A shared lease now holds its event in a control block and returns
+// it through Put: Gets and Puts alone never reorder a stack, and the scenario stays clean at any
+// width. It remains here as a check that leases do not reorder nodes again.
 const Scenario kSharedLeaseAbaScenario{
     .prewarm = {0, 0, 0},
     .threads = {{Get(), Get()}, {LeaseShared(), LeaseShared(), Get(), DropShared()}}};
-
-TEST(AbaWindow, SharedLeasesWithoutTrimOrPurgeLetANarrowTagCorruptThePool) {
-  const Violations narrow = explore_exhaustively<DeterministicNoCachePolicy<2>>(
-      kSharedLeaseAbaScenario, 1, "ABA from shared leases");
-  EXPECT_GT(narrow.held_twice, 0) << "the checks did not catch a leased event handed out again";
-}
 
 TEST(AbaWindow, TheProductionTagPreventsTheSharedLeaseAba) {
   expect_none(explore_exhaustively<DeterministicNoCachePolicy<>>(kSharedLeaseAbaScenario, 1,
@@ -565,9 +567,10 @@ TEST(AbaWindow, TheProductionTagPreventsTheSharedLeaseAba) {
 //
 // Stalled inside its first Get's compare-exchange, having read X.next = Y before the Purge, A
 // finds the head bit for bit as it loaded it exactly when the writes are a multiple of
-// 2^tag_bits. Its compare-exchange then succeeds and installs Y, a node of the spare stack whose
-// event the Purge destroyed: A's next two Gets return destroyed events, and the nodes sit on both
-// stacks. The width is all that separates that from the production pool: 2^32 head writes took
+// 2^tag_bits. Its compare-exchange then succeeds and installs Y, a magazine the Purge emptied
+// (its event destroyed) and put on the empty stack: Y now sits on both stacks, and A's next Get
+// takes a "filled" magazine that holds nothing, which the depot reports as corruption (before the
+// magazines, the node still held its destroyed event, and A handed it out). The width is all that separates that from the production pool: 2^32 head writes took
 // 57 s on one core, a stall that SIGSTOP, a debugger, a paused VM or swapping produce; 2^40
 // writes at 75 M/s, the fastest rate measured on one head, take 2^40 / 75e6 = 14,660 s, over four
 // hours during which one thread must stay stalled between two instructions while the others
@@ -588,12 +591,12 @@ void expect_a_stall_across_the_wrap_to_hand_out_destroyed_events() {
   const auto [violations, harmful] = explore_stalls<DeterministicNoCachePolicy<TagBits>>(
       stalled_get_scenario(kWrites), "Get stalled across a Purge and " + std::to_string(kWrites) +
                                          " head writes");
-  EXPECT_GT(violations.destroyed_handed_out, 0)
-      << TagBits << "-bit tag: no destroyed event was handed out after 2^" << TagBits << " writes";
+  EXPECT_GT(violations.destroyed_handed_out + violations.corrupt_depot, 0)
+      << TagBits << "-bit tag: no corruption seen after 2^" << TagBits << " writes";
   EXPECT_FALSE(harmful.empty());
 }
 
-TEST(AbaWindow, AGetStalledAcross2ToTheTagBitsHeadWritesHandsOutDestroyedEvents) {
+TEST(AbaWindow, AGetStalledAcross2ToTheTagBitsHeadWritesCorruptsTheDepot) {
   expect_a_stall_across_the_wrap_to_hand_out_destroyed_events<1>();
   expect_a_stall_across_the_wrap_to_hand_out_destroyed_events<4>();
   expect_a_stall_across_the_wrap_to_hand_out_destroyed_events<8>();

@@ -17,6 +17,8 @@
 #include "evpool/detail/require_cxx20.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "evpool/detail/asymmetric_fence.h"
@@ -42,6 +44,13 @@ struct DefaultPoolPolicy {
   /// What a thread does while it waits for another (for the registry lock, or for a call in
   /// progress to end before a Purge): give up the CPU. Tests substitute a scheduler hand-over.
   static void spin_wait() noexcept { std::this_thread::yield(); }
+
+  /// Called when the pool finds its own structure corrupt (an impossible state, such as an ABA a
+  /// narrow tag let through): the process cannot continue safely. Tests substitute a recorder.
+  [[noreturn]] static void report_corruption(const char *what) noexcept {
+    std::fprintf(stderr, "%s\n", what);
+    std::abort();
+  }
 
   /// How a cache's owner and a purger exclude each other: a compiler barrier for the owner and
   /// membarrier for the purger; under ThreadSanitizer, which models neither, seq_cst on both sides.

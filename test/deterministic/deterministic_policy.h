@@ -9,6 +9,8 @@
 // - `backoff`: none, since spinning adds steps but no interleavings.
 #pragma once
 
+#include <atomic>
+
 #include "deterministic_atomic.h"
 #include "deterministic_scheduler.h"
 #include "evpool/detail/backoff.h"
@@ -16,6 +18,9 @@
 #include "evpool/pool_policy.h"
 
 namespace evpool::testing_support {
+
+/// How often a pool under a DeterministicPolicy reported its depot corrupt.
+inline std::atomic<int> depot_corruptions_reported{0};
 
 template <unsigned TagBits = detail::kMaxTagBits, class Base = DefaultPoolPolicy>
 struct DeterministicPolicy : Base {
@@ -25,6 +30,10 @@ struct DeterministicPolicy : Base {
   using backoff = detail::NoBackoff;
   // A thread that waits for another (the registry lock, a call in progress) lets another run.
   static void spin_wait() noexcept { DeterministicScheduler::yield_to_others(); }
+  // A corrupted depot is a finding to count, not a reason to abort the whole suite.
+  static void report_corruption(const char *) noexcept {
+    depot_corruptions_reported.fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 /// Caches whose magazines change hands with the depot within a few operations.

@@ -64,17 +64,22 @@ struct alignas(kFalseSharingRange) Magazine {
 };
 
 /// One device's filled and empty magazines. Every member is thread-safe and lock-free apart from
-/// the arena's allocation of a new node (operator new).
-template <class Magazine, template <class> class Atomic, class Stack>
+/// the arena's allocation of a new node (operator new). `Policy::report_corruption` is called if a
+/// magazine taken from `filled` holds nothing, which only a corrupted stack (an ABA the tag failed
+/// to catch) can produce.
+template <class Magazine, class Policy, class Stack>
 class Depot {
+  template <class T>
+  using Atomic = typename Policy::template atomic<T>;
+
  public:
-  using Arena = NodeArena<Magazine, Atomic>;
+  using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Handle = typename Magazine::handle_type;
 
   /// A magazine from `filled` (count >= 1), or kNilIndex. The caller owns it; its events no longer
   /// count as the depot's (their places are released).
   std::uint32_t take_filled(Arena &arena, std::size_t limit) noexcept {
-    const std::uint32_t index = filled_.value.stack.pop(arena);
+    const std::uint32_t index = pop_filled(arena);
     if (index != kNilIndex) release_places(arena[index].count, limit);
     return index;
   }
@@ -115,9 +120,14 @@ class Depot {
 
   void give_empty(std::uint32_t index, Arena &arena) noexcept { empty_.value.push(index, arena); }
 
+  /// Gives a chain of empty magazines (first -> ... -> last, linked through `next`) in one step.
+  void give_empty_chain(std::uint32_t first, std::uint32_t last, Arena &arena) noexcept {
+    empty_.value.push_chain(first, last, arena);
+  }
+
   /// One event out of the depot, or false if it holds none.
   bool take_one(Handle &out, Arena &arena, std::size_t limit) noexcept {
-    const std::uint32_t index = filled_.value.stack.pop(arena);
+    const std::uint32_t index = pop_filled(arena);
     if (index == kNilIndex) return false;
     release_places(1, limit);
     Magazine &magazine = arena[index];
@@ -170,6 +180,16 @@ class Depot {
   }
 
  private:
+  // A magazine from `filled`, checked: one that holds nothing is not handed on (its node is
+  // dropped, never reused) and the corruption is reported.
+  std::uint32_t pop_filled(Arena &arena) noexcept {
+    const std::uint32_t index = filled_.value.stack.pop(arena);
+    if (index == kNilIndex || !arena[index].empty()) [[likely]]
+      return index;
+    Policy::report_corruption("evpool: a magazine on the filled stack holds no event: the depot is corrupt");
+    return kNilIndex;
+  }
+
   struct FilledStack {
     Stack stack;
     Atomic<std::uint64_t> idle{0};  // kept only with a finite idle limit

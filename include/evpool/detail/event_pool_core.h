@@ -265,7 +265,7 @@ class EventPoolCore {
  private:
   using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
-  using DeviceDepot = Depot<Magazine, Policy::template atomic, Stack>;
+  using DeviceDepot = Depot<Magazine, Policy, Stack>;
 
   // Leases are counted from this bias down to their true number when the pool closes, so the
   // balance cannot reach zero before then, however the counts are spread over the caches.
@@ -541,7 +541,9 @@ class EventPoolCore {
   // cut down) and destroys the others. Events given to the depot meanwhile may stay.
   void trim_depot(int device, std::size_t keep) noexcept {
     DeviceDepot &depot = depots_[device];
-    std::uint32_t kept_first = kNilIndex, kept_last = kNilIndex;
+    // Kept magazines go back as one chain, emptied ones to the empty stack as another: two writes
+    // of the heads, whatever the number of magazines.
+    Chain kept_chain, emptied_chain;
     std::size_t kept = 0;
     // The chain is ours alone since take_all_filled; relaxed reads of `next` are ordered by it.
     for (std::uint32_t index = depot.take_all_filled(); index != kNilIndex;) {
@@ -553,20 +555,25 @@ class EventPoolCore {
         for (std::uint32_t i = 0; i < excess; ++i) backend_.destroy(magazine.handles[--magazine.count]);
         depot.release_places(excess, max_idle_);
       }
-      if (magazine.empty()) {
-        depot.give_empty(index, arena_);
-      } else {
-        kept += magazine.count;
-        if (kept_last == kNilIndex)
-          kept_first = index;
-        else
-          arena_[kept_last].next.store(index, std::memory_order_relaxed);
-        kept_last = index;
-      }
+      kept += magazine.count;
+      (magazine.empty() ? emptied_chain : kept_chain).append(index, arena_);
       index = next;
     }
-    if (kept_first != kNilIndex) depot.restore_filled(kept_first, kept_last, arena_);
+    if (kept_chain.first != kNilIndex) depot.restore_filled(kept_chain.first, kept_chain.last, arena_);
+    if (emptied_chain.first != kNilIndex) depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
   }
+
+  // A chain of magazines being built, linked through `next`, in the order appended.
+  struct Chain {
+    std::uint32_t first = kNilIndex, last = kNilIndex;
+    void append(std::uint32_t index, Arena &arena) noexcept {
+      if (last == kNilIndex)
+        first = index;
+      else
+        arena[last].next.store(index, std::memory_order_relaxed);
+      last = index;
+    }
+  };
 
   // ---- fork() ------------------------------------------------------------------------------------
 
