@@ -64,7 +64,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -171,10 +170,10 @@ class EventPoolCore {
         for (; count > 0 && !magazine.full(); --count)
           magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
       } catch (...) {
-        give_to_depot(index, depot);
+        give_to_depot(slot_of(index), depot);
         throw;
       }
-      give_to_depot(index, depot);
+      give_to_depot(slot_of(index), depot);
     }
   }
 
@@ -228,7 +227,7 @@ class EventPoolCore {
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
-        if (depots_[device].give_one(handle, arena_, max_idle_)) (void)event.release();
+        if (keep_around_cache(handle, device)) (void)event.release();
       } catch (...) {
       }
     }
@@ -496,7 +495,7 @@ class EventPoolCore {
   // destroyed), and the cache holds none. By the owner at exit, or by a purger.
   void return_magazines(Cache &cache) noexcept {
     for_each_magazine(cache, [this](Slot &slot, int device) {
-      if (!hand_to_depot(slot, depots_[device])) depots_[device].give_empty(slot.index, arena_);
+      give_to_depot(slot, depots_[device]);
       slot = Slot{};
     });
   }
@@ -519,10 +518,9 @@ class EventPoolCore {
     magazine.count = 0;
   }
 
-  // A magazine the caller filled goes to the depot, as filled or as empty.
-  void give_to_depot(std::uint32_t index, DeviceDepot &depot) noexcept {
-    Slot slot = slot_of(index);
-    if (!hand_to_depot(slot, depot)) depot.give_empty(index, arena_);
+  // A magazine the caller holds goes to the depot, as filled or as empty.
+  void give_to_depot(Slot slot, DeviceDepot &depot) noexcept {
+    if (!hand_to_depot(slot, depot)) depot.give_empty(slot.index, arena_);
   }
 
   // Hands the magazine to the depot as filled, with as many of its events as fit under the idle
