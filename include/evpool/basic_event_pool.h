@@ -68,7 +68,7 @@ class BasicEventPool {
   /// which may block inside the driver.
   /// Throws std::out_of_range for a device outside [0, device_count()), and whatever the backend's
   /// create throws; the pool is unchanged in both cases.
-  event_type Get(int device_id = -1) { return core_->Get(device_id); }
+  [[gnu::always_inline]] event_type Get(int device_id = -1) { return core_->Get(device_id); }
 
   /// Returns `event` to the pool, filed under `device_id`; with -1, under the device the event
   /// records, or the calling thread's current device for an adopted event of unknown device.
@@ -78,7 +78,9 @@ class BasicEventPool {
   /// - std::invalid_argument if `event` is empty, or if `device_id` contradicts the event's device;
   /// - std::out_of_range if the device is outside [0, device_count());
   /// - std::bad_alloc if no node can be allocated.
-  void Put(event_type &&event, int device_id = -1) { core_->Put(std::move(event), device_id); }
+  [[gnu::always_inline]] void Put(event_type &&event, int device_id = -1) {
+    core_->Put(std::move(event), device_id);
+  }
 
   /// Destroys every event that is idle in the pool when it begins: in the depots and in every
   /// thread's cache, including caches of threads that are asleep. Exceptions: events Put

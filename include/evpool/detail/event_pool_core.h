@@ -128,7 +128,7 @@ class EventPoolCore {
       Fence::purger_fence();
       for (Cache *cache : caches_) {
         cache->purger_wait_until_idle();
-        for_each_magazine(*cache, [this](Slot &slot, int) { destroy_events(*slot.magazine); });
+        for_each_magazine(*cache, [this](Slot &slot, int) { destroy_events(slot); });
         leased += cache->purger_leases();
         cache->let_go();
       }
@@ -141,15 +141,17 @@ class EventPoolCore {
     settle_leases(leased - kLeaseBias);  // may delete this: the last action
   }
 
-  event_type Get(int device_id) {
+  // Get and Put are inlined into their callers down to the cache's loaded magazine, so that a hit
+  // costs no call; everything past a hit is out of line.
+  [[gnu::always_inline]] event_type Get(int device_id) {
     forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Get");
     return backend_.adopt(obtain(device, 0), device);
   }
 
-  void Put(event_type &&event, int device_id) {
+  [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
     if (!event) [[unlikely]]
-      throw std::invalid_argument("evpool: Put of an empty event");
+      throw_empty_put();
     forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
     if (keep(event.get(), device))
@@ -354,16 +356,16 @@ class EventPoolCore {
     if (ThreadCacheLink *found = find_thread_cache(id_)) return static_cast<Cache *>(found);
     Cache *cache = nullptr;
     try {
-      cache = new Cache(*this, device_count_);
+      cache = Cache::create(*this, device_count_);
       std::lock_guard lock(registry_lock_);
       if (registry_closed_) {  // a lease ending after its pool: no new cache for a dead pool
-        delete cache;
+        Cache::destroy(cache);
         return nullptr;
       }
       collect_abandoned_caches();
       caches_.push_back(cache);
     } catch (const std::bad_alloc &) {
-      delete cache;
+      if (cache != nullptr) Cache::destroy(cache);
       return nullptr;
     }
     if (add_thread_cache(id_, cache)) return cache;
@@ -373,18 +375,16 @@ class EventPoolCore {
 
   [[gnu::always_inline]] bool take_from_cache(Cache &cache, int device, handle_type &handle) noexcept {
     auto &magazines = cache.owner_magazines(device);
-    Magazine *loaded = magazines.loaded.magazine;
-    if (loaded == nullptr || loaded->empty()) [[unlikely]] {
+    // An absent magazine's slot counts 0, so one test covers both.
+    if (magazines.loaded.empty()) [[unlikely]]
       if (!refill_cache(magazines, device)) return false;
-      loaded = magazines.loaded.magazine;
-    }
-    handle = loaded->handles[--loaded->count];
+    handle = magazines.loaded.take();
     return true;
   }
 
   // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.
   [[gnu::noinline]] bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
-    if (magazines.previous.magazine != nullptr && !magazines.previous.magazine->empty()) {
+    if (!magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return true;
     }
@@ -392,7 +392,7 @@ class EventPoolCore {
     const std::uint32_t filled = depot.take_filled(arena_, max_idle_);
     if (filled == kNilIndex) return false;
     // Both held magazines are empty (or absent): keep one as `previous`, give the other back.
-    if (magazines.previous.magazine != nullptr) depot.give_empty(magazines.previous.index, arena_);
+    if (magazines.previous.held()) give_empty_to_depot(magazines.previous, depot);
     magazines.previous = magazines.loaded;
     magazines.loaded = slot_of(filled);
     return true;
@@ -400,29 +400,26 @@ class EventPoolCore {
 
   [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle) {
     auto &magazines = cache.owner_magazines(device);
-    Magazine *loaded = magazines.loaded.magazine;
-    if (loaded == nullptr || loaded->full()) [[unlikely]] {
+    if (!magazines.loaded.held() || magazines.loaded.full()) [[unlikely]]
       make_room_in_cache(magazines, device);
-      loaded = magazines.loaded.magazine;
-    }
-    loaded->handles[loaded->count++] = handle;
+    magazines.loaded.put(handle);
   }
 
   // Loaded is full (or absent): swap in an empty previous, or hand a full magazine to the depot
   // (destroying its events over the idle limit) and load an empty one. Throws only before
   // changing anything (no empty magazine to be had).
   [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
-    if (magazines.previous.magazine != nullptr && magazines.previous.magazine->empty()) {
+    if (magazines.previous.held() && magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return;
     }
     DeviceDepot &depot = depots_[device];
     const Slot fresh = slot_of(depot.take_empty(arena_));
-    if (magazines.loaded.magazine == nullptr) {
+    if (!magazines.loaded.held()) {
       magazines.loaded = fresh;
       return;
     }
-    if (magazines.previous.magazine != nullptr && !hand_to_depot(magazines.previous, depot)) {
+    if (magazines.previous.held() && !hand_to_depot(magazines.previous, depot)) {
       // Nothing fits under the idle limit: the previous magazine, now emptied, is reused.
       depot.give_empty(fresh.index, arena_);
       std::swap(magazines.loaded, magazines.previous);
@@ -443,7 +440,7 @@ class EventPoolCore {
     for (Cache *cache : caches_) {
       cache->purger_wait_until_idle();
       for_each_magazine(*cache, [&](Slot &slot, int device) {
-        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(*slot.magazine);
+        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot);
       });
     }
   }
@@ -455,7 +452,7 @@ class EventPoolCore {
   // Hands the slot's magazine to the depot (what fits under the idle limit; the rest is destroyed)
   // and puts an empty one in its place. False (nothing changed) if no empty magazine can be had.
   bool swap_into_depot(Slot &slot, DeviceDepot &depot) noexcept {
-    if (slot.magazine->empty()) return true;
+    if (slot.empty()) return true;
     std::uint32_t spare = depot.take_spare_empty(arena_);
     if (spare == kNilIndex) {
       try {
@@ -505,31 +502,39 @@ class EventPoolCore {
     for (int device = 0; device < cache.device_count(); ++device) {
       auto &magazines = cache.purger_magazines(device);
       for (Slot *slot : {&magazines.loaded, &magazines.previous})
-        if (slot->magazine != nullptr) visit(*slot, device);
+        if (slot->held()) visit(*slot, device);
     }
   }
 
   // ---- The depot ---------------------------------------------------------------------------------
 
-  Slot slot_of(std::uint32_t index) noexcept { return Slot{&arena_[index], index}; }
+  Slot slot_of(std::uint32_t index) noexcept { return Slot::load(arena_[index], index); }
 
-  void destroy_events(Magazine &magazine) noexcept {
+  // Destroys the events of a magazine held in a slot; the slot stays, empty.
+  void destroy_events(Slot &slot) noexcept {
+    Magazine &magazine = slot.store();
     for (std::uint32_t i = 0; i < magazine.count; ++i) backend_.destroy(magazine.handles[i]);
-    magazine.count = 0;
+    magazine.count = slot.count = 0;
   }
 
   // A magazine the caller holds goes to the depot, as filled or as empty.
   void give_to_depot(Slot slot, DeviceDepot &depot) noexcept {
-    if (!hand_to_depot(slot, depot)) depot.give_empty(slot.index, arena_);
+    if (!hand_to_depot(slot, depot)) give_empty_to_depot(slot, depot);
   }
 
-  // Hands the magazine to the depot as filled, with as many of its events as fit under the idle
-  // limit (the others are destroyed). False if none fit (or it held none): the caller keeps the
-  // magazine, now empty.
-  bool hand_to_depot(Slot slot, DeviceDepot &depot) noexcept {
-    Magazine &magazine = *slot.magazine;
+  void give_empty_to_depot(const Slot &slot, DeviceDepot &depot) noexcept {
+    (void)slot.store();  // the empty stack holds magazines whose count is 0
+    depot.give_empty(slot.index, arena_);
+  }
+
+  // Hands the slot's magazine to the depot as filled, with as many of its events as fit under the
+  // idle limit (the others are destroyed). False if none fit (or it held none): the caller keeps
+  // the magazine, and the slot now counts 0.
+  bool hand_to_depot(Slot &slot, DeviceDepot &depot) noexcept {
+    Magazine &magazine = slot.store();
     const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
     while (magazine.count > fit) backend_.destroy(magazine.handles[--magazine.count]);
+    slot.count = magazine.count;
     if (magazine.empty()) return false;
     depot.give_reserved(slot.index, arena_);
     return true;
@@ -601,6 +606,10 @@ class EventPoolCore {
     if (recorded != -1 && recorded != device_id) [[unlikely]]
       throw_contradicting_device(recorded, device_id);
     return device_id;
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_empty_put() {
+    throw std::invalid_argument("evpool: Put of an empty event");
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void throw_contradicting_device(int recorded, int device_id) {

@@ -49,6 +49,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/detail/node_arena.h"
@@ -68,18 +70,59 @@ class ThreadCache final : public ThreadCacheLink {
 
   enum Bypass : std::uint32_t { kOpen = 0, kDraining = 1, kClosed = 2 };
 
-  /// A magazine held by the cache: its address for the fast path, its index for the depot.
+  /// A magazine held by the cache: its address for the fast path, its index for the depot, and
+  /// its event count. While the magazine is in the cache, the count lives here and the magazine's
+  /// own `count` is stale: the fast path then reads the count and the address side by side, one
+  /// dependent load fewer than reading the count through the address. load() and store() move the
+  /// count in and out as the magazine enters and leaves the cache.
   struct Slot {
     Magazine *magazine = nullptr;
     std::uint32_t index = kNilIndex;
+    std::uint32_t count = 0;
+
+    bool held() const noexcept { return magazine != nullptr; }
+    bool empty() const noexcept { return count == 0; }
+    bool full() const noexcept { return count == Magazine::kCapacity; }
+    [[gnu::always_inline]] auto take() noexcept { return magazine->handles[--count]; }
+    template <class Handle>
+    [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[count++] = handle; }
+
+    /// The magazine at `index` enters the cache.
+    static Slot load(Magazine &magazine, std::uint32_t index) noexcept {
+      return Slot{&magazine, index, magazine.count};
+    }
+    /// The magazine is about to leave the cache (or be read by whoever empties it): its count
+    /// becomes the magazine's again.
+    Magazine &store() const noexcept {
+      magazine->count = count;
+      return *magazine;
+    }
   };
+  static_assert(sizeof(Slot) == 16, "a device's two slots share one 32-byte quarter of a line");
   struct DeviceMagazines {
     Slot loaded, previous;
   };
 
-  ThreadCache(Pool &pool, int devices)
-      : devices_(std::make_unique<DeviceMagazines[]>(static_cast<std::size_t>(devices))),
-        device_count_(devices), pool_(pool) {}
+  /// A cache for `devices` devices. Its magazine table is allocated with it, right behind the
+  /// object, so the fast path reaches a device's slots at a fixed offset from the cache instead of
+  /// through a pointer loaded first. Throws std::bad_alloc.
+  static ThreadCache *create(Pool &pool, int devices) {
+    // The table starts on a line of its own, behind the cold members: the owner's writes to it
+    // never share a line with another thread's writes.
+    static_assert(sizeof(ThreadCache) % kFalseSharingRange == 0);
+    static_assert(alignof(ThreadCache) % alignof(DeviceMagazines) == 0);
+    void *memory = ::operator new(bytes_for(devices), std::align_val_t{alignof(ThreadCache)});
+    auto *cache = ::new (memory) ThreadCache(pool, devices);
+    std::uninitialized_value_construct_n(cache->magazine_table(), devices);
+    return cache;
+  }
+  /// Frees a cache that no thread and no pool can reach any more.
+  static void destroy(ThreadCache *cache) noexcept {
+    // The table's objects are trivially destructible; the cache is destroyed, then its memory.
+    static_assert(std::is_trivially_destructible_v<DeviceMagazines>);
+    cache->~ThreadCache();
+    ::operator delete(cache, std::align_val_t{alignof(ThreadCache)});
+  }
 
   // ---- Owner side: only the thread whose directory holds the cache ----------------------------
 
@@ -96,7 +139,9 @@ class ThreadCache final : public ThreadCacheLink {
   /// Ends the call. Release: a purger that sees busy == 0 sees everything the call did.
   void owner_exit() noexcept { busy_.store(0, std::memory_order_release); }
 
-  DeviceMagazines &owner_magazines(int device) noexcept { return devices_[device]; }
+  [[gnu::always_inline]] DeviceMagazines &owner_magazines(int device) noexcept {
+    return magazine_table()[device];
+  }
 
   void owner_count_leases(std::int64_t delta) noexcept {
     // Relaxed load and store, no read-modify-write: only the owner writes the count.
@@ -118,7 +163,7 @@ class ThreadCache final : public ThreadCacheLink {
     while (busy_.load(std::memory_order_seq_cst) != 0) Pool::spin_wait();
   }
 
-  DeviceMagazines &purger_magazines(int device) noexcept { return devices_[device]; }
+  DeviceMagazines &purger_magazines(int device) noexcept { return magazine_table()[device]; }
   int device_count() const noexcept { return device_count_; }
   std::int64_t purger_leases() const noexcept { return leases_.load(std::memory_order_relaxed); }
 
@@ -132,7 +177,7 @@ class ThreadCache final : public ThreadCacheLink {
   /// parent's; the nodes stay with the arena), hand the lease count to the caller, and make the
   /// cache usable again. Only the child's single forgetting thread runs this.
   std::int64_t forget_in_child() noexcept {
-    for (int device = 0; device < device_count_; ++device) devices_[device] = DeviceMagazines{};
+    for (int device = 0; device < device_count_; ++device) magazine_table()[device] = DeviceMagazines{};
     const std::int64_t leases = leases_.load(std::memory_order_relaxed);
     leases_.store(0, std::memory_order_relaxed);
     busy_.store(0, std::memory_order_relaxed);
@@ -145,7 +190,7 @@ class ThreadCache final : public ThreadCacheLink {
   /// The thread or the pool lets go; the last one deletes the cache.
   void let_go() noexcept {
     // Acq_rel: the deleter sees every use of the cache by the other owner.
-    if (owners_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (owners_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
   }
 
   // ThreadCacheLink: called by the thread's directory.
@@ -162,12 +207,19 @@ class ThreadCache final : public ThreadCacheLink {
   void drop() noexcept override { let_go(); }
 
  private:
-  // Hot: the owner writes busy_ (and leases_) on every call, the purger writes bypass_ rarely; the
-  // magazine table's address is read on every call.
+  ThreadCache(Pool &pool, int devices) : device_count_(devices), pool_(pool) {}
+  ~ThreadCache() = default;
+
+  static std::size_t bytes_for(int devices) noexcept {
+    return sizeof(ThreadCache) + sizeof(DeviceMagazines) * static_cast<std::size_t>(devices);
+  }
+  [[gnu::always_inline]] DeviceMagazines *magazine_table() noexcept {
+    return std::launder(reinterpret_cast<DeviceMagazines *>(reinterpret_cast<std::byte *>(this) + sizeof(ThreadCache)));
+  }
+  // Hot: the owner writes busy_ (and leases_) on every call, the purger writes bypass_ rarely.
   alignas(kFalseSharingRange) Atomic<std::uint32_t> busy_{0};
   Atomic<std::uint32_t> bypass_{kOpen};
   Atomic<std::int64_t> leases_{0};
-  std::unique_ptr<DeviceMagazines[]> devices_;
   int device_count_;
   // Cold: written once or twice in the cache's life, and outside the owner/purger protocol, so
   // std::atomic rather than the policy's (the deterministic scheduler need not interleave them).
