@@ -34,7 +34,7 @@ class EVPOOL_API CUDAEvent {
   /// Destroys the event held so far (errors ignored, as in the destructor), then takes `other`'s.
   CUDAEvent &operator=(CUDAEvent &&other) noexcept {
     if (this != &other) {
-      destroy_noexcept();
+      if (handle_) destroy_noexcept();
       handle_ = std::exchange(other.handle_, nullptr);
       device_id_ = std::exchange(other.device_id_, -1);
     }
@@ -44,7 +44,9 @@ class EVPOOL_API CUDAEvent {
   /// Never throws. Errors of cudaEventDestroy are ignored: a destructor cannot report them, and
   /// while the runtime unloads at exit (cudaErrorCudartUnloading, which is also how the runtime
   /// reports the driver's CUDA_ERROR_DEINITIALIZED) they are expected. Call reset() to see them.
-  ~CUDAEvent() { destroy_noexcept(); }
+  ~CUDAEvent() {
+    if (handle_) destroy_noexcept();  // inline test: a moved-from event costs no call
+  }
 
   /// An event with flags cudaEventDisableTiming on `device_id` (-1: the current device).
   static CUDAEvent Create(int device_id = -1);

@@ -210,8 +210,10 @@ class ThreadCache final : public ThreadCacheLink {
   ThreadCache(Pool &pool, int devices) : device_count_(devices), pool_(pool) {}
   ~ThreadCache() = default;
 
+  // Rounded up to whole lines, so that the next allocation never shares the table's last line.
   static std::size_t bytes_for(int devices) noexcept {
-    return sizeof(ThreadCache) + sizeof(DeviceMagazines) * static_cast<std::size_t>(devices);
+    const std::size_t bytes = sizeof(ThreadCache) + sizeof(DeviceMagazines) * static_cast<std::size_t>(devices);
+    return (bytes + kFalseSharingRange - 1) / kFalseSharingRange * kFalseSharingRange;
   }
   [[gnu::always_inline]] DeviceMagazines *magazine_table() noexcept {
     return std::launder(reinterpret_cast<DeviceMagazines *>(reinterpret_cast<std::byte *>(this) + sizeof(ThreadCache)));
