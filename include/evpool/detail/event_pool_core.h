@@ -194,8 +194,8 @@ class EventPoolCore {
     }
   }
 
-  /// A lease begins: an event of the device, counted as leased until end_lease.
-  event_type begin_lease(int device_id) {
+  /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
+  [[gnu::always_inline]] event_type begin_lease(int device_id) {
     check_for_fork_unless_cached();
     const int device = resolve_device(device_id, "Lease");
     return backend_.adopt(obtain(device, 1), device);
@@ -204,7 +204,28 @@ class EventPoolCore {
   /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
   /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
   /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
-  void end_lease(event_type &&event, bool forget) noexcept {
+  /// Inlined down to a cache hit with room in the loaded magazine, as Put.
+  [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
+    if constexpr (kCached) {
+      if (!forget && event) [[likely]] {
+        // No fork check on a hit: see check_for_fork_unless_cached.
+        if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+          auto &loaded = cache->owner_magazines(event.device_id()).loaded;
+          const bool room = loaded.held() && !loaded.full();
+          if (room) [[likely]] {
+            loaded.put(event.release());
+            cache->owner_count_leases(-1);
+          }
+          cache->owner_exit();
+          if (room) [[likely]]
+            return;
+        }
+      }
+    }
+    end_lease_around_hit(std::move(event), forget);
+  }
+
+  [[gnu::noinline]] void end_lease_around_hit(event_type &&event, bool forget) noexcept {
     forget_events_of_parent_process();
     if (forget) (void)event.release();
     if (!event) {
