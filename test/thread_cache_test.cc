@@ -4,6 +4,7 @@
 // property below is one of the whole pool, and must hold either way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -259,6 +260,32 @@ TYPED_TEST(ThreadCache, FlushThreadCacheHandsTheCallersEventsToEveryThreadWithin
   got.clear();
   pool.Purge();
   limited.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
+// A magazine the cache emptied by Gets goes back to the depot's empty stack when a third one is
+// loaded; its own count was left at what it held when it entered the cache (the slot counted the
+// Gets), so it must be written back as 0 on the way out. A stale count there makes the next taker
+// of an empty magazine (here Reserve) file the magazine's old events as filled, and the Gets that
+// follow hand out events that are already held.
+TYPED_TEST(ThreadCache, AMagazineEmptiedInTheCacheReturnsToTheDepotHoldingNoEvent) {
+  constexpr std::size_t kPerMagazine = std::max<std::size_t>(TypeParam::cache_capacity, 1);
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  pool.Reserve(0, 3 * kPerMagazine);  // three filled magazines in the depot
+  std::vector<Event> held;
+  // The third magazine's load gives the first, emptied by Gets in the cache, back as empty.
+  for (std::size_t i = 0; i < 3 * kPerMagazine; ++i) held.push_back(pool.Get(0));
+  ASSERT_EQ(backend.created(), 3 * kPerMagazine) << "every Get hit a reserved event";
+  pool.Reserve(0, 1);  // takes that empty magazine and fills it with one new event
+  EXPECT_EQ(backend.created(), 3 * kPerMagazine + 1);
+  for (std::size_t i = 0; i < kPerMagazine + 1; ++i) held.push_back(pool.Get(0));
+  std::set<Token> tokens;
+  for (const Event &event : held)
+    EXPECT_TRUE(tokens.insert(event.get()).second) << "event " << event.get() << " handed out twice";
+  EXPECT_EQ(backend.created(), held.size()) << "one new event per Get past the reserved ones";
+  held.clear();
+  pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 

@@ -42,8 +42,18 @@
 // (plus what the pool keeps for exited threads and bypassing calls) means anything. The owner
 // writes it with a plain load and store; readers read it only once the cache is quiescent.
 //
-// Layout: the words the owner writes on every call share the first 128 bytes; nothing another
-// thread writes often lies there.
+// Layout (one allocation, in 128-byte lines; x86-64 with one device: 512 bytes):
+//
+//   [0, 128)     the vtable pointer (ThreadCacheLink), read-only
+//   [128, 256)   busy, bypass, leases, device count: the owner writes busy (and leases) on every
+//                call, a purger writes bypass rarely
+//   [256, 384)   owners, abandoned, the pool: written once or twice in the cache's life
+//   [384, ...)   the magazine table, one DeviceMagazines (two 16-byte slots) per device, written
+//                by the owner on every call; rounded up to whole lines
+//
+// The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
+// fast path finds a device's slots at a constant offset from the cache. Nothing another thread
+// writes often shares a line with what the owner writes.
 #pragma once
 
 #include <atomic>
