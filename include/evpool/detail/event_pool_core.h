@@ -70,8 +70,8 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
+#include "evpool/detail/cache_registry.h"
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_ordinal.h"
 #include "evpool/detail/fork_guard.h"
@@ -124,14 +124,14 @@ class EventPoolCore {
     if constexpr (kCached) {
       std::lock_guard lock(registry_lock_);
       registry_closed_ = true;
-      for (Cache *cache : caches_) cache->purger_request(Cache::kClosed);
+      caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kClosed); });
       Fence::purger_fence();
-      for (Cache *cache : caches_) {
-        cache->purger_wait_until_idle();
-        for_each_magazine(*cache, [this](Slot &slot, int) { destroy_events(slot); });
-        leased += cache->purger_leases();
-        cache->let_go();
-      }
+      caches_.for_each([&](Cache &cache) {
+        cache.purger_wait_until_idle();
+        for_each_magazine(cache, [this](Slot &slot, int) { destroy_events(slot); });
+        leased += cache.purger_leases();
+        cache.let_go();  // for_each has read the link already
+      });
       caches_.clear();
       leased += retired_leases_;
     }
@@ -188,7 +188,7 @@ class EventPoolCore {
       std::lock_guard lock(registry_lock_);
       drain_caches(keep_per_device > 0);
       trim_depots(keep_per_device);
-      for (Cache *cache : caches_) cache->purger_reopen();
+      caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
     } else {
       trim_depots(keep_per_device);
     }
@@ -387,7 +387,7 @@ class EventPoolCore {
         return nullptr;
       }
       collect_abandoned_caches();
-      caches_.push_back(cache);
+      caches_.add(*cache);
     } catch (const std::bad_alloc &) {
       if (cache != nullptr) Cache::destroy(cache);
       return nullptr;
@@ -459,14 +459,14 @@ class EventPoolCore {
   // Leaves every cache requested (bypassed); the caller reopens them.
   void drain_caches(bool keep_events) noexcept {
     collect_abandoned_caches();
-    for (Cache *cache : caches_) cache->purger_request(Cache::kDraining);
+    caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kDraining); });
     Fence::purger_fence();
-    for (Cache *cache : caches_) {
-      cache->purger_wait_until_idle();
-      for_each_magazine(*cache, [&](Slot &slot, int device) {
+    caches_.for_each([&](Cache &cache) {
+      cache.purger_wait_until_idle();
+      for_each_magazine(cache, [&](Slot &slot, int device) {
         if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot);
       });
-    }
+    });
   }
 
   void trim_depots(std::size_t keep) noexcept {
@@ -496,20 +496,18 @@ class EventPoolCore {
   // Collects the caches of exited threads: what they still hold goes to the depots, their lease
   // counts to retired_leases_.
   void collect_abandoned_caches() noexcept {
-    // Each collected cache leaves the vector before it is let go, so that a fork() child that
-    // walks the vector never meets a deleted cache.
-    for (std::size_t i = 0; i < caches_.size();) {
-      Cache *cache = caches_[i];
-      if (!cache->abandoned()) {
-        ++i;
-        continue;
-      }
-      return_magazines(*cache);
-      retired_leases_ += cache->purger_leases();
-      caches_[i] = caches_.back();
-      caches_.pop_back();
-      cache->let_go();
-    }
+    // A collected cache leaves the registry before it is let go, so that a fork() child never
+    // meets a deleted cache; its lease count is folded in before it leaves, so that a child
+    // forked in between counts those leases twice (its core then leaks) rather than never (its
+    // core would be deleted under live leases).
+    caches_.sweep(
+        [this](Cache &cache) {
+          if (!cache.abandoned()) return false;
+          return_magazines(cache);
+          retired_leases_ += cache.purger_leases();
+          return true;
+        },
+        [](Cache &cache) { cache.let_go(); });
   }
 
   // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
@@ -618,7 +616,7 @@ class EventPoolCore {
       if constexpr (kCached) {
         // No thread of the child can hold the lock or be inside a cache: they all wait for us.
         registry_lock_.reset_in_child();
-        for (Cache *cache : caches_) retired_leases_ += cache->forget_in_child();
+        caches_.for_each([this](Cache &cache) { retired_leases_ += cache.forget_in_child(); });
       }
     });
   }
@@ -669,7 +667,7 @@ class EventPoolCore {
 
   // The registry of thread caches, under registry_lock_.
   RegistryLock<Policy> registry_lock_;
-  std::vector<Cache *> caches_;
+  CacheRegistry<Cache, Policy::template atomic> caches_;
   std::int64_t retired_leases_ = 0;  // the lease counts of collected (and fork-forgotten) caches
   bool registry_closed_ = false;
 };

@@ -216,6 +216,9 @@ class ThreadCache final : public ThreadCacheLink {
   bool stale() const noexcept override { return closed(); }
   void drop() noexcept override { let_go(); }
 
+  /// The pool's registry of caches links them through here (cache_registry.h); under its lock.
+  Atomic<ThreadCache *> &registry_next() noexcept { return registry_next_; }
+
  private:
   ThreadCache(Pool &pool, int devices) : device_count_(devices), pool_(pool) {}
   ~ThreadCache() = default;
@@ -238,6 +241,7 @@ class ThreadCache final : public ThreadCacheLink {
   alignas(kFalseSharingRange) std::atomic<std::uint32_t> owners_{2};
   std::atomic<bool> abandoned_{false};
   Pool &pool_;
+  Atomic<ThreadCache *> registry_next_{nullptr};
 };
 
 }  // namespace evpool::detail
