@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -157,6 +158,68 @@ TEST(PoolAfterFork, ASharedLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestr
   });
   EXPECT_EQ(failures, 0) << "bit 1: the lease destroyed the parent's event; 2: the child handed it "
                             "out; 4: the child's pool destroyed it";
+}
+
+// A lease taken before fork() that ends in the child after the child has used the pool: the
+// child's cache then has a loaded magazine with room, the case end_lease puts an event into inline.
+// The parent's event must still only be forgotten, never filed there (the next Get would hand it
+// out, Purge would destroy it), for a unique and for a shared lease.
+TEST(PoolAfterFork, AParentsLeaseEndingWhereTheChildsCacheHasRoomIsOnlyForgotten) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  auto unique = pool.Lease(0);
+  auto shared = pool.LeaseShared(0);
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+
+  const int failures = in_child([&] {
+    int bits = 0;
+    pool.Put(pool.Get(0));  // the child's own event: its loaded magazine is held, with room
+    unique.reset();
+    shared.reset();
+    if (backend.destroyed() != destroyed) bits |= 1;
+    std::vector<HostBackend::Event> events;
+    for (int i = 0; i < 3; ++i) events.push_back(pool.Get(0));
+    for (const auto &event : events)
+      if (HostBackend::serial_of(event.get()) <= created) bits |= 2;
+    for (auto &event : events) pool.Put(std::move(event));
+    pool.Purge();
+    if (backend.destroyed() != destroyed + (backend.created() - created)) bits |= 4;  // only its own
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "bit 1: a lease destroyed the parent's event; 2: the child handed a "
+                            "parent's event out; 4: the child's pool destroyed one";
+}
+
+// Reports from a fork child when its only thread exits, after that thread's cache was flushed
+// (thread-local objects die in the reverse order of their construction).
+struct ReportAtThreadExit {
+  std::function<int()> status;
+  ~ReportAtThreadExit() {
+    if (status) _exit(status());
+  }
+};
+
+// The forking thread's cache still holds the parent's events in the child; when that thread exits
+// there before calling the pool, its exit flush must forget them, not hand them to the depot (over
+// the idle limit, destroying some).
+TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParentsEvents) {
+  HostBackend backend(1);
+  Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);
+  int status = -1;
+  std::thread([&] {
+    thread_local ReportAtThreadExit report;  // constructed before the thread's cache directory
+    fill(pool, 0, 4);                        // 4 idle in this thread's cache, none in the depot
+    const std::uint64_t destroyed = backend.destroyed();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      report.status = [&backend, destroyed] { return backend.destroyed() != destroyed ? 1 : 0; };
+      return;  // the child's only thread exits: its cache is flushed, then the report runs
+    }
+    int wait_status = 0;
+    waitpid(pid, &wait_status, 0);
+    status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+  }).join();
+  EXPECT_EQ(status, 0) << "1: the child destroyed its parent's events when its thread exited";
 }
 
 // The child's idle count. A fork() child inherits the parent's count of idle events per device;

@@ -144,7 +144,7 @@ class EventPoolCore {
   // Get and Put are inlined into their callers down to the cache's loaded magazine, so that a hit
   // costs no call; everything past a hit is out of line.
   [[gnu::always_inline]] event_type Get(int device_id) {
-    check_for_fork_unless_cached();
+    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Get");
     return backend_.adopt(obtain(device, 0), device);
   }
@@ -152,7 +152,7 @@ class EventPoolCore {
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
     if (!event) [[unlikely]]
       throw_empty_put();
-    check_for_fork_unless_cached();
+    forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
     if (keep(event.get(), device))
       (void)event.release();
@@ -196,7 +196,7 @@ class EventPoolCore {
 
   /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
   [[gnu::always_inline]] event_type begin_lease(int device_id) {
-    check_for_fork_unless_cached();
+    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Lease");
     return backend_.adopt(obtain(device, 1), device);
   }
@@ -206,9 +206,9 @@ class EventPoolCore {
   /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
   /// Inlined down to a cache hit with room in the loaded magazine, as Put.
   [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
+    forget_events_of_parent_process();
     if constexpr (kCached) {
       if (!forget && event) [[likely]] {
-        // No fork check on a hit: see check_for_fork_unless_cached.
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
           auto &loaded = cache->owner_magazines(event.device_id()).loaded;
           const bool room = loaded.held() && !loaded.full();
@@ -226,7 +226,6 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] void end_lease_around_hit(event_type &&event, bool forget) noexcept {
-    forget_events_of_parent_process();
     if (forget) (void)event.release();
     if (!event) {
       count_leases(-1);
@@ -281,8 +280,12 @@ class EventPoolCore {
   using Cache = ThreadCache<EventPoolCore>;
   using Slot = typename Cache::Slot;
 
-  /// The owner thread is exiting, inside its owner section: its magazines go to the depots.
-  void flush_exiting_cache(Cache &cache) noexcept { return_magazines(cache); }
+  /// The owner thread is exiting, inside its owner section: its magazines go to the depots. In a
+  /// fork child whose thread exits before any call on this pool, the check forgets them first.
+  void flush_exiting_cache(Cache &cache) noexcept {
+    forget_events_of_parent_process();
+    return_magazines(cache);
+  }
 
  private:
   using Arena = NodeArena<Magazine, Policy::template atomic>;
@@ -317,7 +320,6 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
-    if constexpr (kCached) forget_events_of_parent_process();
     handle_type handle;
     if (!depots_[device].take_one(handle, arena_, max_idle_))
       handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
@@ -343,7 +345,6 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device) {
-    if constexpr (kCached) forget_events_of_parent_process();
     return depots_[device].give_one(handle, arena_, max_idle_);
   }
 
@@ -373,7 +374,6 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
-    forget_events_of_parent_process();  // before the hint is set: see the fork note below
     // Acquire: pairs with close(). A lease ending after its pool needs no cache.
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
     // The id names a pool of this very type, so the cast is exact.
@@ -601,14 +601,6 @@ class EventPoolCore {
   };
 
   // ---- fork() ------------------------------------------------------------------------------------
-
-  // Every operation checks for a fork before it touches anything of the parent's. With caches,
-  // Get, Put and leases do it only off the hit path (find_or_register_cache, obtain_around_cache,
-  // keep_around_cache): a hit follows the thread's hint, which a fork child never has until a slow
-  // lookup, after its check, sets it again (thread_cache_directory.h).
-  [[gnu::always_inline]] void check_for_fork_unless_cached() noexcept {
-    if constexpr (!kCached) forget_events_of_parent_process();
-  }
 
   [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
     fork_guard_.check([this] {

@@ -19,17 +19,7 @@
 //
 // Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
 // lookup or thread exit drops them; they hold no events.
-//
-// fork(): a pool must check for a fork before it uses anything of its parent's (fork_guard.h), and
-// the hit path skips that check, so the hint must never lead a fork child to a cache. A
-// pthread_atfork child handler clears the hint of the one thread a child starts with (threads the
-// child creates start with none): the child's first call on each pool then takes the slow lookup,
-// which checks for the fork before it sets the hint again. The handler is registered from here, by
-// the code that sets hints, so that every shared object whose copy of this directory holds a hint
-// has registered one.
 #pragma once
-
-#include <pthread.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -70,17 +60,6 @@ struct ThreadCacheDirectory {
 
 inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
 
-/// Registers, once per shared object, the fork child handler that clears the hint (see above), and
-/// says whether it is in place: only then may a hint be set. (pthread_atfork fails only without
-/// memory; every lookup then takes the slow path, which is correct.)
-inline bool hint_cleared_in_fork_children() noexcept {
-  static const bool registered = pthread_atfork(nullptr, nullptr, [] {
-    this_thread_caches.hint_id = 0;
-    this_thread_caches.hint = nullptr;
-  }) == 0;
-  return registered;
-}
-
 /// Flushes this thread's caches when it exits (see the rationale above).
 struct ThreadExitFlush {
   ~ThreadExitFlush() {
@@ -96,7 +75,7 @@ struct ThreadExitFlush {
 };
 
 /// The calling thread's cache for `pool_id`, or nullptr; drops stale caches on the way. Sets the
-/// hint when found. Owner thread only; the caller has checked for a fork.
+/// hint when found. Owner thread only.
 inline ThreadCacheLink *find_thread_cache(std::uint64_t pool_id) noexcept {
   ThreadCacheDirectory &directory = this_thread_caches;
   if (directory.entries == nullptr) return nullptr;
@@ -112,12 +91,12 @@ inline ThreadCacheLink *find_thread_cache(std::uint64_t pool_id) noexcept {
     entry.cache->drop();
     return true;
   });
-  if (found != nullptr && hint_cleared_in_fork_children()) directory.hint_id = pool_id, directory.hint = found;
+  if (found != nullptr) directory.hint_id = pool_id, directory.hint = found;
   return found;
 }
 
 /// Adds the calling thread's new cache for `pool_id` and makes it the hint. False if no memory
-/// (then nothing changed). Owner thread only; the caller has checked for a fork.
+/// (then nothing changed). Owner thread only.
 inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
   ThreadCacheDirectory &directory = this_thread_caches;
   try {
@@ -129,7 +108,8 @@ inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noex
   } catch (const std::bad_alloc &) {
     return false;
   }
-  if (hint_cleared_in_fork_children()) directory.hint_id = pool_id, directory.hint = cache;
+  directory.hint_id = pool_id;
+  directory.hint = cache;
   return true;
 }
 
