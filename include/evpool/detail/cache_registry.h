@@ -19,8 +19,9 @@
 // cache's lease count folded into the pool's) is not atomic with it; event_pool_core.h orders it
 // so that a fork in between can only over-count leases in the child (a leak), never under-count.
 //
-// `Node` provides `registry_next()`, an `Atomic<Node *>&`; `Atomic` is the pool policy's atomic
-// (tests pass one that snapshots the list at every store, as a fork would).
+// `Node` provides `registry_next()`, an `Atomic<Node *>&`. The pool uses std::atomic (its changes
+// happen under a lock, outside what the deterministic scheduler needs to interleave); tests pass an
+// atomic that snapshots the list at every store, as a fork would.
 #pragma once
 
 #include <atomic>

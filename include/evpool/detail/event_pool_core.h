@@ -659,7 +659,7 @@ class EventPoolCore {
 
   // The registry of thread caches, under registry_lock_.
   RegistryLock<Policy> registry_lock_;
-  CacheRegistry<Cache, Policy::template atomic> caches_;
+  CacheRegistry<Cache, std::atomic> caches_;  // std::atomic: see thread_cache.h's cold members
   std::int64_t retired_leases_ = 0;  // the lease counts of collected (and fork-forgotten) caches
   bool registry_closed_ = false;
 };

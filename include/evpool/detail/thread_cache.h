@@ -217,7 +217,7 @@ class ThreadCache final : public ThreadCacheLink {
   void drop() noexcept override { let_go(); }
 
   /// The pool's registry of caches links them through here (cache_registry.h); under its lock.
-  Atomic<ThreadCache *> &registry_next() noexcept { return registry_next_; }
+  std::atomic<ThreadCache *> &registry_next() noexcept { return registry_next_; }
 
  private:
   ThreadCache(Pool &pool, int devices) : device_count_(devices), pool_(pool) {}
@@ -236,12 +236,13 @@ class ThreadCache final : public ThreadCacheLink {
   Atomic<std::uint32_t> bypass_{kOpen};
   Atomic<std::int64_t> leases_{0};
   int device_count_;
-  // Cold: written once or twice in the cache's life, and outside the owner/purger protocol, so
-  // std::atomic rather than the policy's (the deterministic scheduler need not interleave them).
+  // Cold: written once or twice in the cache's life, or under the registry lock, and outside the
+  // owner/purger protocol, so std::atomic rather than the policy's (the deterministic scheduler
+  // need not interleave them; cache_registry_test.cc drives the registry's stores itself).
   alignas(kFalseSharingRange) std::atomic<std::uint32_t> owners_{2};
   std::atomic<bool> abandoned_{false};
   Pool &pool_;
-  Atomic<ThreadCache *> registry_next_{nullptr};
+  std::atomic<ThreadCache *> registry_next_{nullptr};
 };
 
 }  // namespace evpool::detail
