@@ -211,7 +211,7 @@ class EventPoolCore {
       if (!forget && event) [[likely]] {
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
           auto &loaded = cache->owner_magazines(event.device_id()).loaded;
-          const bool room = loaded.held() && !loaded.full();
+          const bool room = loaded.has_room();
           if (room) [[likely]] {
             loaded.put(event.release());
             cache->owner_count_leases(-1);
@@ -424,7 +424,7 @@ class EventPoolCore {
 
   [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle) {
     auto &magazines = cache.owner_magazines(device);
-    if (!magazines.loaded.held() || magazines.loaded.full()) [[unlikely]]
+    if (!magazines.loaded.has_room()) [[unlikely]]
       make_room_in_cache(magazines, device);
     magazines.loaded.put(handle);
   }

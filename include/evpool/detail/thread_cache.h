@@ -47,7 +47,8 @@
 //   [0, 128)     the vtable pointer (ThreadCacheLink), read-only
 //   [128, 256)   busy, bypass, leases, device count: the owner writes busy (and leases) on every
 //                call, a purger writes bypass rarely
-//   [256, 384)   owners, abandoned, the pool: written once or twice in the cache's life
+//   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
+//                cache's life
 //   [384, ...)   the magazine table, one DeviceMagazines (two 16-byte slots) per device, written
 //                by the owner on every call; rounded up to whole lines
 //
@@ -93,8 +94,10 @@ class ThreadCache final : public ThreadCacheLink {
     bool held() const noexcept { return magazine != nullptr; }
     bool empty() const noexcept { return count == 0; }
     bool full() const noexcept { return count == Magazine::kCapacity; }
-    [[gnu::always_inline]] auto take() noexcept { return magazine->handles[--count]; }
-    template <class Handle>
+    /// Whether put() may be called: a magazine is held and it is not full.
+    bool has_room() const noexcept { return held() && !full(); }
+    using Handle = typename Magazine::handle_type;
+    [[gnu::always_inline]] Handle take() noexcept { return magazine->handles[--count]; }
     [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[count++] = handle; }
 
     /// The magazine at `index` enters the cache.
