@@ -41,6 +41,13 @@ class SharedEventLease {
   int device_id() const noexcept { return block_ ? block_->event.device_id() : -1; }
   explicit operator bool() const noexcept { return block_ != nullptr; }
 
+  /// How many copies share the event (0 for an empty lease). Like std::shared_ptr::use_count, a
+  /// snapshot: other threads may copy or drop theirs meanwhile.
+  long use_count() const noexcept {  // NOLINT(runtime/int): std::shared_ptr's type
+    // Relaxed: a snapshot that orders nothing.
+    return block_ ? static_cast<long>(block_->references.load(std::memory_order_relaxed)) : 0;  // NOLINT
+  }
+
   /// Drops this copy's reference; the last one returns the event to its pool (or forgets it in a
   /// fork child, or destroys it if the pool is gone). Never throws.
   void reset() noexcept {
