@@ -22,6 +22,7 @@
 #include "evpool/detail/event_pool_core.h"
 #include "evpool/event_backend.h"
 #include "evpool/pool_policy.h"
+#include "evpool/pool_stats.h"
 #include "evpool/shared_event_lease.h"
 #include "evpool/unique_event_lease.h"
 
@@ -121,6 +122,16 @@ class BasicEventPool {
   /// pool like Lease. Thread-safe; lock-free on a hit apart from allocating the block. Throws what
   /// Get throws, and std::bad_alloc.
   shared_lease LeaseShared(int device_id = -1) { return shared_lease::begin(*core_, device_id); }
+
+  /// What the pool has done and holds, per device: events created and destroyed, Gets that hit
+  /// and missed, Puts (adopted events apart), idle and outstanding events; see pool_stats.h for
+  /// each figure's meaning and the invariants that hold once no call is in progress.
+  /// Thread-safe; blocking, like Trim: takes the registry lock and reads each thread's cache
+  /// through the same handshake (waits for a thread in the middle of a call on this pool, never
+  /// for an idle one; the calls meanwhile bypass the cache). Cheap to keep on: the counting costs
+  /// Get and Put no shared write. Not available with a policy whose count_calls is false. Throws
+  /// std::bad_alloc.
+  PoolStats stats() const requires Policy::count_calls { return core_->stats(); }
 
   /// Number of devices, fixed at construction. Thread-safe, wait-free.
   int device_count() const noexcept { return core_->device_count(); }

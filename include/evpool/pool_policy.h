@@ -41,6 +41,10 @@ struct DefaultPoolPolicy {
   /// Get and Put goes to the shared per-device stacks.
   static constexpr unsigned cache_capacity = 32;
 
+  /// Whether the pool counts what it does, for stats() (pool_stats.h): a plain increment per call
+  /// on a line the calling thread writes anyway, and shared counters only off the fast path.
+  static constexpr bool count_calls = true;
+
   /// What a thread does while it waits for another (for the registry lock, or for a call in
   /// progress to end before a Purge): give up the CPU. Tests substitute a scheduler hand-over.
   static void spin_wait() noexcept { std::this_thread::yield(); }
@@ -71,6 +75,12 @@ struct DefaultPoolPolicy {
 template <class Base = DefaultPoolPolicy>
 struct NoCachePolicy : Base {
   static constexpr unsigned cache_capacity = 0;
+};
+
+/// Same as `Base`, but without counters: no stats(). To measure what the counters cost.
+template <class Base = DefaultPoolPolicy>
+struct NoStatsPolicy : Base {
+  static constexpr bool count_calls = false;
 };
 
 /// Same as `Base`, but retrying failed compare-exchanges at once.

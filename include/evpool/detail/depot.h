@@ -25,7 +25,8 @@
 // (a magazine that does not fit whole is cut down to what fits, the rest destroyed by the caller),
 // and leave after releasing them, so the depot never holds more than the limit.
 // What the caches hold is bounded separately (two magazines per thread and device; see
-// event_pool_core.h). Without a limit the count is not kept.
+// event_pool_core.h). Without a limit the count is kept only for stats() (Policy::count_calls):
+// one relaxed add per magazine moved, on the line the head's compare-exchange already owns.
 //
 // Magazine layout (one node, alone on its 128-byte lines):
 //
@@ -75,6 +76,7 @@ class Depot {
  public:
   using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Handle = typename Magazine::handle_type;
+  static constexpr bool kCountIdle = Policy::count_calls;
 
   /// A magazine from `filled` (count >= 1), or kNilIndex. The caller owns it; its events no longer
   /// count as the depot's (their places are released).
@@ -87,7 +89,10 @@ class Depot {
   /// Reserves places for up to `count` events under `limit`: returns how many it got (all of
   /// them without a limit). The caller then hands over that many with give_reserved.
   std::uint64_t reserve_up_to(std::uint64_t count, std::size_t limit) noexcept {
-    if (limit == kUnlimitedIdle) return count;
+    if (limit == kUnlimitedIdle) {
+      if constexpr (kCountIdle) filled_.value.idle.fetch_add(count, std::memory_order_relaxed);
+      return count;
+    }
     // Relaxed, as in release_places. A compare-exchange loop, so that concurrent reservers never
     // together exceed the limit and each gets what is left.
     std::uint64_t idle = filled_.value.idle.load(std::memory_order_relaxed);
@@ -165,8 +170,12 @@ class Depot {
   /// Releases `count` places of events that left the depot's accounting for good.
   void release_places(std::uint64_t count, std::size_t limit) noexcept {
     // Relaxed: the count orders nothing; it only bounds how many events are kept.
-    if (limit != kUnlimitedIdle) filled_.value.idle.fetch_sub(count, std::memory_order_relaxed);
+    if (kCountIdle || limit != kUnlimitedIdle) filled_.value.idle.fetch_sub(count, std::memory_order_relaxed);
   }
+
+  /// The events the depot holds (for stats(); exact once no call is in progress). Needs a finite
+  /// limit or Policy::count_calls.
+  std::uint64_t idle() const noexcept { return filled_.value.idle.load(std::memory_order_relaxed); }
 
   /// Forgets everything (a fork() child's view of its parent's events): no event is destroyed.
   void forget_all(Arena &arena) noexcept {
@@ -192,7 +201,7 @@ class Depot {
 
   struct FilledStack {
     Stack stack;
-    Atomic<std::uint64_t> idle{0};  // kept only with a finite idle limit
+    Atomic<std::uint64_t> idle{0};  // kept with a finite idle limit, or for stats()
   };
   CacheLinePadded<FilledStack> filled_;
   CacheLinePadded<Stack> empty_;

@@ -72,6 +72,7 @@
 #include <utility>
 
 #include "evpool/detail/cache_registry.h"
+#include "evpool/detail/call_counts.h"
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_ordinal.h"
 #include "evpool/detail/fork_guard.h"
@@ -81,6 +82,7 @@
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
 #include "evpool/event_backend.h"
+#include "evpool/pool_stats.h"
 
 namespace evpool::detail {
 
@@ -96,6 +98,7 @@ class EventPoolCore {
 
   static constexpr unsigned kCacheCapacity = Policy::cache_capacity;
   static constexpr bool kCached = kCacheCapacity > 0;
+  static constexpr bool kCountCalls = Policy::count_calls;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
@@ -110,6 +113,7 @@ class EventPoolCore {
       throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
                                   "use kUnlimitedIdle for no limit");
     depots_ = std::make_unique<DeviceDepot[]>(static_cast<std::size_t>(device_count_));
+    if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCached) Fence::prepare();  // settles the owners' fence before any cache exists
   }
   EventPoolCore(const EventPoolCore &) = delete;
@@ -128,7 +132,7 @@ class EventPoolCore {
       Fence::purger_fence();
       caches_.for_each([&](Cache &cache) {
         cache.purger_wait_until_idle();
-        for_each_magazine(cache, [this](Slot &slot, int) { destroy_events(slot); });
+        for_each_magazine(cache, [this](Slot &slot, int device) { destroy_events(slot, device); });
         leased += cache.purger_leases();
         cache.let_go();  // for_each has read the link already
       });
@@ -154,10 +158,13 @@ class EventPoolCore {
       throw_empty_put();
     forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
-    if (keep(event.get(), device))
+    const bool adopted = event.device_id() == -1;  // a bare handle wrapped by the caller
+    if (keep(event.get(), device, adopted)) {
       (void)event.release();
-    else
+    } else {
       event = event_type();  // over the idle limit: destroy instead of keeping
+      count_destroyed(device, 1);
+    }
   }
 
   void Reserve(int device_id, std::size_t count) {
@@ -169,8 +176,10 @@ class EventPoolCore {
       const std::uint32_t index = depot.take_empty(arena_);
       Magazine &magazine = arena_[index];
       try {
-        for (; count > 0 && !magazine.full(); --count)
+        for (; count > 0 && !magazine.full(); --count) {
           magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
+          count_created(device);
+        }
       } catch (...) {
         give_to_depot(slot_of(index), depot);
         throw;
@@ -210,10 +219,11 @@ class EventPoolCore {
     if constexpr (kCached) {
       if (!forget && event) [[likely]] {
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-          auto &loaded = cache->owner_magazines(event.device_id()).loaded;
-          const bool room = loaded.has_room();
+          auto &magazines = cache->owner_magazines(event.device_id());
+          const bool room = magazines.loaded.has_room();
           if (room) [[likely]] {
-            loaded.put(event.release());
+            magazines.loaded.put(event.release());
+            magazines.counts.count_put(false);
             cache->owner_count_leases(-1);
           }
           cache->owner_exit();
@@ -236,10 +246,11 @@ class EventPoolCore {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
         try {
-          put_into_cache(*cache, device, handle);
+          put_into_cache(*cache, device, handle, false);
           (void)event.release();
         } catch (...) {
           event = event_type();  // no memory for a magazine: destroy it
+          count_destroyed(device, 1);
         }
         cache->owner_count_leases(-1);
         cache->owner_exit();
@@ -249,8 +260,12 @@ class EventPoolCore {
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
-        if (keep_around_cache(handle, device)) (void)event.release();
+        if (keep_around_cache(handle, device, false))
+          (void)event.release();
+        else
+          count_destroyed(device, 1);
       } catch (...) {
+        count_destroyed(device, 1);
       }
     }
     event = event_type();  // destroys what the pool did not take
@@ -269,6 +284,50 @@ class EventPoolCore {
         cache->owner_exit();
       }
     }
+  }
+
+  /// The pool's figures (pool_stats.h): the shared counters, plus every cache's, each cache read
+  /// through the purger handshake (waits for a call in progress on it, never for an idle thread).
+  PoolStats stats() requires kCountCalls {
+    forget_events_of_parent_process();
+    PoolStats result;
+    result.devices.resize(static_cast<std::size_t>(device_count_));  // may throw: nothing held
+    if constexpr (kCached) {
+      std::lock_guard lock(registry_lock_);
+      caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kDraining); });
+      Fence::purger_fence();
+      caches_.for_each([&](Cache &cache) {
+        cache.purger_wait_until_idle();
+        for (int device = 0; device < device_count_; ++device) {
+          const auto &magazines = cache.purger_magazines(device);
+          DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
+          figures.gets += magazines.counts.gets;
+          figures.puts += magazines.counts.puts;
+          figures.puts_adopted += magazines.counts.puts_adopted;
+          figures.idle_in_caches += magazines.loaded.count + magazines.previous.count;
+        }
+        cache.purger_reopen();
+      });
+    }
+    for (int device = 0; device < device_count_; ++device) {
+      const SharedCallCounts &shared = counts_[device];
+      DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
+      const auto read = [](const std::atomic<std::uint64_t> &counter) {
+        return counter.load(std::memory_order_relaxed);
+      };
+      figures.created = read(shared.created);
+      figures.destroyed = read(shared.destroyed);
+      figures.gets += read(shared.gets);
+      figures.gets_missed = read(shared.gets_missed);
+      figures.gets_hit = figures.gets - figures.gets_missed;
+      figures.puts += read(shared.puts);
+      figures.puts_adopted += read(shared.puts_adopted);
+      figures.idle_in_depot = depots_[device].idle();
+      figures.idle = figures.idle_in_depot + figures.idle_in_caches;
+      figures.outstanding = static_cast<std::int64_t>(figures.gets - figures.puts);
+      figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
+    }
+    return result;
   }
 
   int device_count() const noexcept { return device_count_; }
@@ -321,8 +380,12 @@ class EventPoolCore {
 
   [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
     handle_type handle;
-    if (!depots_[device].take_one(handle, arena_, max_idle_))
+    if (!depots_[device].take_one(handle, arena_, max_idle_)) {
       handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
+      count_created(device);
+      if constexpr (kCountCalls) counts_[device].gets_missed.fetch_add(1, std::memory_order_relaxed);
+    }
+    if constexpr (kCountCalls) counts_[device].gets.fetch_add(1, std::memory_order_relaxed);
     if (leases != 0) count_leases(leases);
     return handle;
   }
@@ -330,22 +393,24 @@ class EventPoolCore {
   // Files the handle under the device; false if it is over the idle limit (the caller destroys
   // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
   // changed and the caller still owns the handle.
-  [[gnu::always_inline]] bool keep(handle_type handle, int device) {
+  [[gnu::always_inline]] bool keep(handle_type handle, int device, bool adopted) {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
         struct ExitOnReturn {
           Cache &cache;
           ~ExitOnReturn() { cache.owner_exit(); }
         } exit_on_return{*cache};
-        put_into_cache(*cache, device, handle);
+        put_into_cache(*cache, device, handle, adopted);
         return true;
       }
     }
-    return keep_around_cache(handle, device);
+    return keep_around_cache(handle, device, adopted);
   }
 
-  [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device) {
-    return depots_[device].give_one(handle, arena_, max_idle_);
+  [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device, bool adopted) {
+    const bool kept = depots_[device].give_one(handle, arena_, max_idle_);  // may throw: not counted
+    if constexpr (kCountCalls) counts_[device].count_put(adopted);
+    return kept;
   }
 
   void count_leases(std::int64_t delta) noexcept {
@@ -403,6 +468,7 @@ class EventPoolCore {
     if (magazines.loaded.empty()) [[unlikely]]
       if (!refill_cache(magazines, device)) return false;
     handle = magazines.loaded.take();
+    if constexpr (kCountCalls) ++magazines.counts.gets;
     return true;
   }
 
@@ -422,11 +488,12 @@ class EventPoolCore {
     return true;
   }
 
-  [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle) {
+  [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle, bool adopted) {
     auto &magazines = cache.owner_magazines(device);
     if (!magazines.loaded.has_room()) [[unlikely]]
       make_room_in_cache(magazines, device);
     magazines.loaded.put(handle);
+    magazines.counts.count_put(adopted);
   }
 
   // Loaded is full (or absent): swap in an empty previous, or hand a full magazine to the depot
@@ -464,7 +531,7 @@ class EventPoolCore {
     caches_.for_each([&](Cache &cache) {
       cache.purger_wait_until_idle();
       for_each_magazine(cache, [&](Slot &slot, int device) {
-        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot);
+        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot, device);
       });
     });
   }
@@ -494,7 +561,8 @@ class EventPoolCore {
   }
 
   // Collects the caches of exited threads: what they still hold goes to the depots, their lease
-  // counts to retired_leases_.
+  // counts to retired_leases_, their call counts to counts_. Here rather than in the thread's exit
+  // flush, which a Purge in progress makes the exiting thread skip.
   void collect_abandoned_caches() noexcept {
     // A collected cache leaves the registry before it is let go, so that a fork() child never
     // meets a deleted cache; its lease count is folded in before it leaves, so that a child
@@ -505,6 +573,9 @@ class EventPoolCore {
           if (!cache.abandoned()) return false;
           return_magazines(cache);
           retired_leases_ += cache.purger_leases();
+          if constexpr (kCountCalls)
+            for (int device = 0; device < device_count_; ++device)
+              counts_[device].fold_in(cache.purger_magazines(device).counts);
           return true;
         },
         [](Cache &cache) { cache.let_go(); });
@@ -533,9 +604,10 @@ class EventPoolCore {
   Slot slot_of(std::uint32_t index) noexcept { return Slot::load(arena_[index], index); }
 
   // Destroys the events of a magazine held in a slot; the slot stays, empty.
-  void destroy_events(Slot &slot) noexcept {
+  void destroy_events(Slot &slot, int device) noexcept {
     Magazine &magazine = slot.store();
     for (std::uint32_t i = 0; i < magazine.count; ++i) backend_.destroy(magazine.handles[i]);
+    count_destroyed(device, magazine.count);
     magazine.count = slot.count = 0;
   }
 
@@ -555,6 +627,7 @@ class EventPoolCore {
   bool hand_to_depot(Slot &slot, DeviceDepot &depot) noexcept {
     Magazine &magazine = slot.store();
     const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
+    if (magazine.count > fit) count_destroyed(device_of(depot), magazine.count - fit);
     while (magazine.count > fit) backend_.destroy(magazine.handles[--magazine.count]);
     slot.count = magazine.count;
     if (magazine.empty()) return false;
@@ -579,6 +652,7 @@ class EventPoolCore {
         const auto excess = static_cast<std::uint32_t>(magazine.count - room);
         for (std::uint32_t i = 0; i < excess; ++i) backend_.destroy(magazine.handles[--magazine.count]);
         depot.release_places(excess, max_idle_);
+        count_destroyed(device, excess);
       }
       kept += magazine.count;
       (magazine.empty() ? emptied_chain : kept_chain).append(index, arena_);
@@ -600,11 +674,24 @@ class EventPoolCore {
     }
   };
 
+  // ---- Counters (call_counts.h) -------------------------------------------------------------------
+
+  int device_of(const DeviceDepot &depot) const noexcept { return static_cast<int>(&depot - depots_.get()); }
+
+  void count_created(int device) noexcept {
+    if constexpr (kCountCalls) counts_[device].count_created(1);
+  }
+  void count_destroyed(int device, std::uint64_t count) noexcept {
+    if constexpr (kCountCalls) counts_[device].count_destroyed(count);
+  }
+
   // ---- fork() ------------------------------------------------------------------------------------
 
   [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
     fork_guard_.check([this] {
       for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
+      if constexpr (kCountCalls)  // the child starts empty, and so do its figures
+        for (int device = 0; device < device_count_; ++device) counts_[device].reset();
       if constexpr (kCached) {
         // No thread of the child can hold the lock or be inside a cache: they all wait for us.
         registry_lock_.reset_in_child();
@@ -652,6 +739,7 @@ class EventPoolCore {
   ForkGuard fork_guard_;
   Arena arena_;
   std::unique_ptr<DeviceDepot[]> depots_;
+  std::unique_ptr<SharedCallCounts[]> counts_;  // per device; only with Policy::count_calls
 
   // Leases, and the end of the pool (see the rationale).
   alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};

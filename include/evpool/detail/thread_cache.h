@@ -49,8 +49,9 @@
 //                call, a purger writes bypass rarely
 //   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
-//   [384, ...)   the magazine table, one DeviceMagazines (two 16-byte slots) per device, written
-//                by the owner on every call; rounded up to whole lines
+//   [384, ...)   the magazine table, one DeviceMagazines per device (two 16-byte slots, and 24
+//                bytes of call counts unless the policy turns them off), written by the owner on
+//                every call; rounded up to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
 // fast path finds a device's slots at a constant offset from the cache. Nothing another thread
@@ -64,6 +65,7 @@
 #include <type_traits>
 
 #include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/call_counts.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/thread_cache_directory.h"
 
@@ -112,9 +114,15 @@ class ThreadCache final : public ThreadCacheLink {
     }
   };
   static_assert(sizeof(Slot) == 16, "a device's two slots share one 32-byte quarter of a line");
-  struct DeviceMagazines {
+  using CallCounts = std::conditional_t<Pool::kCountCalls, CachedCallCounts, NoCallCounts>;
+  /// A device's magazines, and the calls on it that they served (call_counts.h), side by side:
+  /// the owner writes both on the same line.
+  struct alignas(Pool::kCountCalls ? 64 : 32) DeviceMagazines {
     Slot loaded, previous;
+    [[no_unique_address]] CallCounts counts;
   };
+  static_assert(sizeof(DeviceMagazines) == (Pool::kCountCalls ? 64 : 32),
+                "a device's entry is a half or a quarter of a line: none straddles two lines");
 
   /// A cache for `devices` devices. Its magazine table is allocated with it, right behind the
   /// object, so the fast path reaches a device's slots at a fixed offset from the cache instead of

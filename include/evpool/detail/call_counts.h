@@ -1,0 +1,81 @@
+// evpool: the counters behind BasicEventPool::stats(). Private to the library.
+//
+// Design rationale
+// ----------------
+// Two places, so that the fast path writes no shared word (see pool_stats.h for what each figure
+// means and the invariants they keep):
+//
+//   CachedCallCounts   per thread, per pool, per device, beside the thread's magazines
+//                      (thread_cache.h): the Gets and Puts its cache served, until the pool
+//                      collects the cache of the exited thread and folds them into
+//                      SharedCallCounts. Plain integers: only the owner thread writes them, and
+//                      stats() reads them inside the owner/purger handshake, which orders the
+//                      owner's last writes before the read.
+//   SharedCallCounts   per pool and device: the calls that went around a cache (a miss that
+//                      creates, a bypassed cache, a pool without caches), the counts of
+//                      collected caches, and every creation and destruction. Those paths call the
+//                      driver or touch the depot's shared heads anyway; one relaxed add more is
+//                      noise there.
+//
+// The shared counters are std::atomic, not the policy's atomic: they take no part in the
+// algorithm, and under the deterministic scheduler each of their operations would be one more
+// schedule point to interleave.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "evpool/detail/cache_line_padded.h"
+
+namespace evpool::detail {
+
+struct CachedCallCounts {
+  std::uint64_t gets = 0;
+  std::uint64_t puts = 0;
+  std::uint64_t puts_adopted = 0;
+
+  void count_put(bool adopted) noexcept { ++(adopted ? puts_adopted : puts); }
+};
+static_assert(sizeof(CachedCallCounts) == 24);
+
+/// Stands in for CachedCallCounts when a policy turns the counters off: no bytes, no work.
+struct NoCallCounts {
+  void count_put(bool) noexcept {}
+};
+
+struct alignas(kFalseSharingRange) SharedCallCounts {
+  // Relaxed everywhere: the counters order nothing. stats() reads them under the registry lock
+  // after the caches' handshakes, and the figures are exact once no call is in progress.
+  std::atomic<std::uint64_t> created{0};
+  std::atomic<std::uint64_t> destroyed{0};
+  std::atomic<std::uint64_t> gets{0};
+  std::atomic<std::uint64_t> gets_missed{0};
+  std::atomic<std::uint64_t> puts{0};
+  std::atomic<std::uint64_t> puts_adopted{0};
+  std::atomic<std::uint64_t> live_peak{0};  // the peak of created - destroyed
+
+  void count_created(std::uint64_t count) noexcept {
+    // destroyed is read before created grows: a destruction in between makes `live` too high,
+    // never too low, so the peak stays an upper bound (pool_stats.h).
+    const std::uint64_t gone = destroyed.load(std::memory_order_relaxed);
+    const std::uint64_t now = created.fetch_add(count, std::memory_order_relaxed) + count;
+    const std::uint64_t live = now > gone ? now - gone : 0;  // adopted events destroyed: below 0
+    std::uint64_t peak = live_peak.load(std::memory_order_relaxed);
+    while (live > peak && !live_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+    }
+  }
+  void count_destroyed(std::uint64_t count) noexcept { destroyed.fetch_add(count, std::memory_order_relaxed); }
+  void count_put(bool adopted) noexcept { (adopted ? puts_adopted : puts).fetch_add(1, std::memory_order_relaxed); }
+  void fold_in(CachedCallCounts &cached) noexcept {
+    gets.fetch_add(cached.gets, std::memory_order_relaxed);
+    puts.fetch_add(cached.puts, std::memory_order_relaxed);
+    puts_adopted.fetch_add(cached.puts_adopted, std::memory_order_relaxed);
+    cached = CachedCallCounts{};
+  }
+  void reset() noexcept {
+    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts, &puts_adopted, &live_peak})
+      counter->store(0, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace evpool::detail

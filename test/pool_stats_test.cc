@@ -1,0 +1,219 @@
+// stats(): every figure against what the test did and what the backend counted, with per-thread
+// caches on and off. The invariants of pool_stats.h are checked against independent evidence (the
+// backend's own counts, and Gets that must hit or must create), never only against each other.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+#include "pool_policies.h"
+
+namespace evpool {
+namespace {
+
+using Event = HostBackend::Event;
+using test::BothPolicies;
+using test::kCached;
+using test::PolicyName;
+
+template <class Policy>
+class PoolStatsTest : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
+};
+TYPED_TEST_SUITE(PoolStatsTest, BothPolicies, PolicyName);
+
+// The invariants of pool_stats.h that need no outside evidence.
+void expect_consistent(const DeviceStats &figures) {
+  EXPECT_EQ(figures.gets_hit + figures.gets_missed, figures.gets);
+  EXPECT_EQ(figures.idle, figures.idle_in_depot + figures.idle_in_caches);
+  EXPECT_EQ(figures.outstanding, static_cast<std::int64_t>(figures.gets - figures.puts));
+  EXPECT_EQ(static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed),
+            static_cast<std::int64_t>(figures.idle) + figures.outstanding)
+      << "an event is neither idle, nor outstanding, nor destroyed";
+}
+
+// Gets from `device` as long as they hit (the backend creates nothing); returns how many did,
+// and puts them all back. This is how many events the pool really held idle there.
+template <class Pool>
+std::uint64_t drain_counting_hits(Pool &pool, HostBackend &backend, int device) {
+  std::vector<Event> got;
+  for (;;) {
+    const std::uint64_t created = backend.created();
+    got.push_back(pool.Get(device));
+    if (backend.created() != created) break;
+  }
+  const std::uint64_t hits = got.size() - 1;
+  for (Event &event : got) pool.Put(std::move(event));
+  return hits;
+}
+
+TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
+  HostBackend backend(2);
+  typename TestFixture::Pool pool(backend);
+  pool.Reserve(1, 5);
+  std::vector<Event> got;
+  for (int i = 0; i < 8; ++i) got.push_back(pool.Get(1));  // 5 hits, then 3 misses
+  for (int i = 0; i < 6; ++i) {
+    pool.Put(std::move(got.back()));
+    got.pop_back();
+  }
+  HostBackend outsider(2);
+  pool.Put(outsider.adopt(outsider.create(0, 1), -1), 1);  // a bare token: adopted
+
+  const PoolStats stats = pool.stats();
+  ASSERT_EQ(stats.devices.size(), 2u);
+  const DeviceStats &figures = stats.devices[1];
+  EXPECT_EQ(figures.created, 8u);
+  EXPECT_EQ(figures.destroyed, 0u);
+  EXPECT_EQ(figures.gets, 8u);
+  EXPECT_EQ(figures.gets_hit, 5u);
+  EXPECT_EQ(figures.gets_missed, 3u);
+  EXPECT_EQ(figures.puts, 6u);
+  EXPECT_EQ(figures.puts_adopted, 1u);
+  EXPECT_EQ(figures.outstanding, 2);
+  EXPECT_EQ(figures.idle, 7u);
+  EXPECT_EQ(figures.outstanding_peak_bound, 9u) << "8 created at most, plus 1 adopted";
+  if (kCached<TypeParam>) {
+    EXPECT_EQ(figures.idle_in_caches, 7u) << "Puts go to the calling thread's cache";
+  } else {
+    EXPECT_EQ(figures.idle_in_depot, 7u);
+  }
+  expect_consistent(figures);
+  EXPECT_EQ(stats.devices[0].gets + stats.devices[0].created + stats.devices[0].idle, 0u);
+  EXPECT_EQ(stats.total().gets, 8u);
+  for (Event &event : got) pool.Put(std::move(event));
+}
+
+TYPED_TEST(PoolStatsTest, PurgeAndTheIdleLimitCountWhatTheyDestroy) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/10);
+  std::vector<Event> got;
+  for (int i = 0; i < 200; ++i) got.push_back(pool.Get(0));
+  for (Event &event : got) pool.Put(std::move(event));
+  DeviceStats figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.destroyed, backend.destroyed());
+  EXPECT_GT(figures.destroyed, 0u) << "the idle limit destroyed some";
+  EXPECT_EQ(figures.idle, drain_counting_hits(pool, backend, 0));
+  expect_consistent(pool.stats().devices[0]);
+
+  pool.Purge();
+  figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.idle, 0u);
+  EXPECT_EQ(figures.created, backend.created());
+  EXPECT_EQ(figures.destroyed, backend.destroyed());
+  EXPECT_EQ(figures.destroyed, figures.created) << "nothing is outstanding";
+  expect_consistent(figures);
+}
+
+TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  {
+    auto unique = pool.Lease(0);
+    auto shared = pool.LeaseShared(0);
+    const DeviceStats figures = pool.stats().devices[0];
+    EXPECT_EQ(figures.gets, 2u);
+    EXPECT_EQ(figures.outstanding, 2);
+  }
+  const DeviceStats figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.puts, 2u);
+  EXPECT_EQ(figures.outstanding, 0);
+  EXPECT_EQ(figures.idle, 2u);
+  expect_consistent(figures);
+}
+
+// Threads that are alive but idle still have counts and events in their caches: stats() reads
+// them without the threads' help.
+TYPED_TEST(PoolStatsTest, ReadsTheCachesOfThreadsThatAreAliveButIdle) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  constexpr int kThreads = 4, kHeld = 20;
+  std::atomic<int> ready{0};
+  std::atomic<bool> finish{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      std::vector<Event> got;
+      for (int i = 0; i < kHeld; ++i) got.push_back(pool.Get(0));
+      for (Event &event : got) pool.Put(std::move(event));
+      ready.fetch_add(1);
+      while (!finish.load()) std::this_thread::yield();
+    });
+  while (ready.load() < kThreads) std::this_thread::yield();
+  const DeviceStats figures = pool.stats().devices[0];
+  finish.store(true);
+  for (std::thread &thread : threads) thread.join();
+  EXPECT_EQ(figures.gets, std::uint64_t{kThreads * kHeld});
+  EXPECT_EQ(figures.puts, std::uint64_t{kThreads * kHeld});
+  EXPECT_EQ(figures.idle, backend.created()) << "every event created is back";
+  if (kCached<TypeParam>) {  // each thread's events stay in its own cache
+    EXPECT_EQ(figures.idle_in_caches, std::uint64_t{kThreads * kHeld});
+  }
+  expect_consistent(figures);
+}
+
+// Many threads, random Gets, Puts, adopted Puts and Purges, under an idle limit; once they have
+// exited, every figure matches the backend, the events the test still holds, and the events the
+// pool really hands out without creating.
+TYPED_TEST(PoolStatsTest, ExactOnceThreadsStopAfterAStorm) {
+  HostBackend backend(2);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/100);
+  HostBackend outsider(2);
+  constexpr int kThreads = 6, kSteps = 20'000;
+  std::atomic<std::int64_t> outstanding{0}, peak{0};
+  std::atomic<std::uint64_t> adopted{0};
+  std::vector<std::vector<Event>> kept(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(t));
+      std::vector<Event> &held = kept[static_cast<std::size_t>(t)];
+      for (int step = 0; step < kSteps; ++step) {
+        const int device = static_cast<int>(random() % 2);
+        const unsigned choice = random() % 100;
+        if (choice < 50 || held.empty()) {
+          held.push_back(pool.Get(device));
+          const std::int64_t now = outstanding.fetch_add(1) + 1;
+          for (std::int64_t seen = peak.load(); now > seen && !peak.compare_exchange_weak(seen, now);) {
+          }
+        } else if (choice < 98) {
+          pool.Put(std::move(held.back()));
+          held.pop_back();
+          outstanding.fetch_sub(1);
+        } else if (choice < 99) {
+          pool.Put(outsider.adopt(outsider.create(0, device), -1), device);
+          adopted.fetch_add(1);
+        } else {
+          pool.Purge();
+        }
+      }
+    });
+  for (std::thread &thread : threads) thread.join();
+
+  const PoolStats stats = pool.stats();
+  const DeviceStats total = stats.total();
+  EXPECT_EQ(total.created, backend.created());
+  // The pool destroys through its backend, or through an event's own (an adopted one's is the
+  // outsider's); the outsider itself destroys nothing.
+  EXPECT_EQ(total.destroyed, backend.destroyed() + outsider.destroyed());
+  EXPECT_EQ(total.puts_adopted, adopted.load());
+  EXPECT_EQ(total.outstanding, outstanding.load());
+  EXPECT_GE(static_cast<std::int64_t>(total.outstanding_peak_bound), peak.load());
+  for (int device = 0; device < 2; ++device) {
+    expect_consistent(stats.devices[static_cast<std::size_t>(device)]);
+    EXPECT_EQ(stats.devices[static_cast<std::size_t>(device)].idle, drain_counting_hits(pool, backend, device))
+        << "device " << device;
+  }
+  for (std::vector<Event> &held : kept)
+    for (Event &event : held) pool.Put(std::move(event));
+}
+
+}  // namespace
+}  // namespace evpool
