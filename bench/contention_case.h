@@ -208,7 +208,10 @@ struct Case {
       events = run_lease_shared(state, source, device);
     if (errors.error() != cudaSuccess) state.SkipWithError(cudaGetErrorString(errors.error()));
     state.SetItemsProcessed(events);
-    if (thread == 0) state.counters["events_created"] = static_cast<double>(variant->events_created());
+    if (thread == 0) {
+      state.counters["events_created"] = static_cast<double>(variant->events_created());
+      if constexpr (requires { variant->hit_rate(); }) state.counters["hit_rate"] = variant->hit_rate();
+    }
   }
 };
 

@@ -6,7 +6,9 @@
 //   source(thread)    what that thread gets its events from and puts them back into:
 //                     Get(device), Put(event, device), and Lease and LeaseShared for evpool;
 //   events_created()  the events created through it so far, pre-warming included: its idle memory;
-//   adopt(h, device)  re-owns a raw handle that another thread released (handoff).
+//   adopt(h, device)  re-owns a raw handle that another thread released (handoff);
+//   hit_rate()        only where the pool keeps stats() (evpool's variants): the share of Gets
+//                     served by an idle event, reported beside events_created.
 // Every variant but LibraryPool counts its events through one CountingBackend (the common base);
 // LibraryPool, the library's own CUDAEventPool, exists for the `wait` workload alone.
 #pragma once
@@ -70,6 +72,15 @@ class SharedPool : public CountedVariant<Backend> {
       : CountedVariant<Backend>(backend), pool_(this->backend_, Backend::kDefaultFlags) {}
   Pool<CountingBackend<Backend>> &source(int /*thread*/) { return pool_; }
 
+  /// Of the Gets so far, pre-warming included, the share served by an idle event: for the pools
+  /// that keep stats() (evpool's).
+  double hit_rate() const
+    requires requires(const Pool<CountingBackend<Backend>> &pool) { pool.stats(); }
+  {
+    const DeviceStats total = pool_.stats().total();
+    return total.gets == 0 ? 0.0 : static_cast<double>(total.gets_hit) / static_cast<double>(total.gets);
+  }
+
  private:
   Pool<CountingBackend<Backend>> pool_;
 };
@@ -77,9 +88,11 @@ class SharedPool : public CountedVariant<Backend> {
 template <class B> using EvpoolPool = BasicEventPool<B>;
 template <class B> using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
 template <class B> using EvpoolNoBackoffPool = BasicEventPool<B, NoBackoffPolicy<>>;
+template <class B> using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
 template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
 template <class B> using SharedEvpoolNoCache = SharedPool<EvpoolNoCachePool, B>;
 template <class B> using SharedEvpoolNoBackoff = SharedPool<EvpoolNoBackoffPool, B>;
+template <class B> using SharedEvpoolNoStats = SharedPool<EvpoolNoStatsPool, B>;
 template <class B> using SharedSpinlock = SharedPool<competitors::SpinlockEventPool, B>;
 template <class B> using SharedMutex = SharedPool<competitors::MutexEventPool, B>;
 template <class B> using SharedBoost = SharedPool<competitors::BoostLockfreeEventPool, B>;
@@ -221,6 +234,8 @@ using AllVariants = VariantList<
     Variant<"evpool-nocache", kEvpoolPolicies, SharedEvpoolNoCache>,
     // failed compare-exchanges retried at once: the plain Treiber stack
     Variant<"evpool-nobackoff", kEvpoolPolicies, SharedEvpoolNoBackoff>,
+    // no counters (stats() off): what counting costs
+    Variant<"evpool-nostats", kEvpoolPolicies, SharedEvpoolNoStats>,
     // DALI's design, the one evpool replaces: one yielding spinlock over per-device lists
     Variant<"spinlock", kCompetitorPools, SharedSpinlock>,
     // a std::mutex and a std::vector per device, as PyTorch pools its events

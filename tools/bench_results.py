@@ -16,7 +16,8 @@ NAME = re.compile(r"^(?P<backend>[^/]+)/(?P<workload>[^/]+)/(?P<variant>[^/]+)"
 
 
 def load(json_path):
-    """Returns (context, {(backend, workload): {variant: {threads: (ops_per_s, events_created)}}}).
+    """Returns (context, {(backend, workload): {variant: {threads: (ops_per_s, events_created, hit_rate)}}}),
+    hit_rate None for variants without stats().
 
     Keys and variants are in the order of the JSON, which is the benchmark's registration order."""
     data = json.loads(pathlib.Path(json_path).read_text())
@@ -29,7 +30,7 @@ def load(json_path):
         if not match or "items_per_second" not in bench:
             continue
         key = (match["backend"], match["workload"])
-        point = (bench["items_per_second"], bench.get("events_created"))
+        point = (bench["items_per_second"], bench.get("events_created"), bench.get("hit_rate"))
         table.setdefault(key, {}).setdefault(match["variant"], {})[int(match["threads"])] = point
     return data.get("context", {}), table
 
@@ -95,19 +96,27 @@ def format_tables(table, known=NO_CATALOGUE):
         lines += _format_table(f"{backend} / {workload}: events created, pre-warming included", header,
                                _by_thread_count(by_variant, variants,
                                                 lambda v, t, p: "-" if p[1] is None else str(int(p[1]))))
+        counted = [v for v in variants if any(p[2] is not None for p in by_variant[v].values())]
+        if counted:
+            lines += _format_table(f"{backend} / {workload}: hit rate (Gets served by an idle event, "
+                                   "from stats(), pre-warming included)", ["threads"] + counted,
+                                   _by_thread_count({v: by_variant[v] for v in counted}, counted,
+                                                    lambda v, t, p: "-" if p[2] is None else f"{p[2]:.4f}"))
     return "\n".join(lines)
 
 
 def write_csv(table, path, known=NO_CATALOGUE):
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["backend", "workload", "variant", "threads", "ops_per_second", "events_created"])
+        writer.writerow(["backend", "workload", "variant", "threads", "ops_per_second", "events_created",
+                         "hit_rate"])
         for backend, workload in _ordered_keys(table, known):
             by_variant = table[(backend, workload)]
             for variant in _ordered(by_variant, known["variants"]):
-                for threads, (ops, created) in sorted(by_variant[variant].items()):
+                for threads, (ops, created, hit_rate) in sorted(by_variant[variant].items()):
                     writer.writerow([backend, workload, variant, threads, f"{ops:.0f}",
-                                     "" if created is None else int(created)])
+                                     "" if created is None else int(created),
+                                     "" if hit_rate is None else f"{hit_rate:.4f}"])
 
 
 def _si(value, _position=None):

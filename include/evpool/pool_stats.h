@@ -3,27 +3,36 @@
 // Design rationale
 // ----------------
 // The counters must cost the fast path no shared write, or they would bring back the ceiling the
-// caches removed. So a Get or Put served by the calling thread's cache counts in that cache, with a
-// plain increment on a line the thread writes anyway; only calls that go around the cache (a miss
-// that creates, a bypassed cache, a pool without caches) and creations and destructions, which call
-// the driver anyway, write the pool's shared counters. stats() adds the two up, reading each cache
-// through the same handshake Purge uses (thread_cache.h): it waits for a thread in the middle of a
-// call, never for an idle one, and the cache's calls meanwhile go around it.
+// caches removed, and a hit should not pay for them at all. So a Get served by the calling
+// thread's cache is counted in the very word that holds its magazine's event count (one add does
+// both), a Put is not counted at all, and only calls that go around the cache (a miss that creates,
+// a bypassed cache, a pool without caches), creations and destructions, which call the driver or
+// touch the depot anyway, write the pool's shared counters (detail/call_counts.h). stats() adds
+// them up, reading each cache through the handshake Purge uses (detail/thread_cache.h): it waits
+// for a thread in the middle of a call, never for an idle one, and the cache's calls meanwhile go
+// around it.
 //
-// Invariants, exact once no call is in progress (between calls the figures of different threads
-// are read at different instants, so a busy pool may be off by the calls in flight):
+// Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches.
+// Derived, from the conservation of events (every event the pool created or adopted and did not
+// destroy is idle or outstanding):
 //
-//   gets_hit + gets_missed == gets
-//   created + puts_adopted - destroyed == idle + outstanding        (every event is somewhere)
-//   outstanding == gets - puts
-//   idle == idle_in_depot + idle_in_caches
-//   outstanding_peak_bound >= the most events ever outstanding at once
+//   outstanding = created + puts_adopted - destroyed - idle
+//   puts        = gets - outstanding
+//   gets_hit    = gets - gets_missed
+//   idle        = idle_in_depot + idle_in_caches
+//
+// All figures are exact once no call is in progress; between calls the counts of different
+// threads are read at different instants, so a busy pool's figures may be off by the calls in
+// flight. The tests check each figure against evidence from outside the pool: the backend's own
+// counts of creations and destructions, the events the test holds, and the Gets that hit before
+// the backend must create (test/pool_stats_test.cc).
 //
 // The peak of outstanding is a bound, not a count: the exact peak of a sum of per-thread counts
 // would need a shared write per call. The bound is the peak of (created - destroyed), tracked at
 // each creation, plus every adopted event: an outstanding event was created or adopted and not
 // destroyed. For a pool whose events were all created by it and never purged it is the most events
 // the pool ever held, which is also what it costs in driver memory.
+
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"
@@ -42,13 +51,15 @@ struct DeviceStats {
   std::uint64_t gets_hit = 0;      ///< of those, served by an idle event (cache or depot)
   std::uint64_t gets_missed = 0;   ///< of those, served by creating an event
   std::uint64_t puts = 0;          ///< Puts accepted and leases ended, of events that know their
-                                   ///< device (the pool's own, handed back)
+                                   ///< device (the pool's own, handed back); derived, see above
   std::uint64_t puts_adopted = 0;  ///< Puts accepted of events that do not know their device (a
-                                   ///< bare handle wrapped by the caller): adopted from outside
+                                   ///< bare handle wrapped by the caller): adopted from outside. An
+                                   ///< outside event that knows its device passes for a return:
+                                   ///< outstanding then reads one less
   std::uint64_t idle = 0;          ///< idle now, in the depot and in every thread's cache
   std::uint64_t idle_in_depot = 0;
   std::uint64_t idle_in_caches = 0;
-  std::int64_t outstanding = 0;    ///< handed out and not yet handed back: gets - puts
+  std::int64_t outstanding = 0;    ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
 };
 

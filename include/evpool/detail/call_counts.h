@@ -2,21 +2,25 @@
 //
 // Design rationale
 // ----------------
-// Two places, so that the fast path writes no shared word (see pool_stats.h for what each figure
-// means and the invariants they keep):
+// What is counted, and where, so that the fast path writes no shared word and, for a hit, runs
+// no instruction of its own (see pool_stats.h for the figures and their invariants):
 //
-//   CachedCallCounts   per thread, per pool, per device, beside the thread's magazines
-//                      (thread_cache.h): the Gets and Puts its cache served, until the pool
-//                      collects the cache of the exited thread and folds them into
-//                      SharedCallCounts. Plain integers: only the owner thread writes them, and
-//                      stats() reads them inside the owner/purger handshake, which orders the
-//                      owner's last writes before the read.
-//   SharedCallCounts   per pool and device: the calls that went around a cache (a miss that
-//                      creates, a bypassed cache, a pool without caches), the counts of
-//                      collected caches, and every creation and destruction. Those paths call the
-//                      driver or touch the depot's shared heads anyway; one relaxed add more is
-//                      noise there.
+//   Gets served by a cache    in the cache's slots, in the same word as the magazine's event
+//                             count (thread_cache.h, Slot::tally): a hit's decrement also counts.
+//   adopted Puts into a cache CachedCallCounts, beside the thread's magazines: one plain
+//                             increment, only for an event that does not know its device.
+//   everything else           SharedCallCounts, per pool and device: Gets that went around a
+//                             cache (a miss that creates, a bypassed cache, a pool without
+//                             caches), adopted Puts around a cache, the counts of collected
+//                             caches, and every creation and destruction. Those paths call the
+//                             driver or write the depot's shared heads anyway.
 //
+// Puts are not counted at all: once no call is in progress, every event the pool created or
+// adopted and did not destroy is idle or outstanding, so stats() derives the outstanding events
+// from the counted ones and the idle ones it finds, and the Puts from the Gets and those.
+//
+// The per-thread counts are plain integers: only the owner writes them, and stats() reads them
+// inside the owner/purger handshake, which orders the owner's last writes before the read.
 // The shared counters are std::atomic, not the policy's atomic: they take no part in the
 // algorithm, and under the deterministic scheduler each of their operations would be one more
 // schedule point to interleave.
@@ -30,13 +34,13 @@
 namespace evpool::detail {
 
 struct CachedCallCounts {
-  std::uint64_t gets = 0;
-  std::uint64_t puts = 0;
   std::uint64_t puts_adopted = 0;
 
-  void count_put(bool adopted) noexcept { ++(adopted ? puts_adopted : puts); }
+  void count_put(bool adopted) noexcept {
+    if (adopted) [[unlikely]]
+      ++puts_adopted;
+  }
 };
-static_assert(sizeof(CachedCallCounts) == 24);
 
 /// Stands in for CachedCallCounts when a policy turns the counters off: no bytes, no work.
 struct NoCallCounts {
@@ -50,7 +54,6 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
   std::atomic<std::uint64_t> destroyed{0};
   std::atomic<std::uint64_t> gets{0};
   std::atomic<std::uint64_t> gets_missed{0};
-  std::atomic<std::uint64_t> puts{0};
   std::atomic<std::uint64_t> puts_adopted{0};
   std::atomic<std::uint64_t> live_peak{0};  // the peak of created - destroyed
 
@@ -65,15 +68,16 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
     }
   }
   void count_destroyed(std::uint64_t count) noexcept { destroyed.fetch_add(count, std::memory_order_relaxed); }
-  void count_put(bool adopted) noexcept { (adopted ? puts_adopted : puts).fetch_add(1, std::memory_order_relaxed); }
-  void fold_in(CachedCallCounts &cached) noexcept {
-    gets.fetch_add(cached.gets, std::memory_order_relaxed);
-    puts.fetch_add(cached.puts, std::memory_order_relaxed);
+  void count_put(bool adopted) noexcept {
+    if (adopted) puts_adopted.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// A collected cache's counts (its Gets, from its slots, and its adopted Puts).
+  void fold_in(std::uint64_t cached_gets, const CachedCallCounts &cached) noexcept {
+    gets.fetch_add(cached_gets, std::memory_order_relaxed);
     puts_adopted.fetch_add(cached.puts_adopted, std::memory_order_relaxed);
-    cached = CachedCallCounts{};
   }
   void reset() noexcept {
-    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts, &puts_adopted, &live_peak})
+    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts_adopted, &live_peak})
       counter->store(0, std::memory_order_relaxed);
   }
 };

@@ -223,7 +223,6 @@ class EventPoolCore {
           const bool room = magazines.loaded.has_room();
           if (room) [[likely]] {
             magazines.loaded.put(event.release());
-            magazines.counts.count_put(false);
             cache->owner_count_leases(-1);
           }
           cache->owner_exit();
@@ -301,10 +300,9 @@ class EventPoolCore {
         for (int device = 0; device < device_count_; ++device) {
           const auto &magazines = cache.purger_magazines(device);
           DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
-          figures.gets += magazines.counts.gets;
-          figures.puts += magazines.counts.puts;
+          figures.gets += magazines.gets();
           figures.puts_adopted += magazines.counts.puts_adopted;
-          figures.idle_in_caches += magazines.loaded.count + magazines.previous.count;
+          figures.idle_in_caches += magazines.loaded.count() + magazines.previous.count();
         }
         cache.purger_reopen();
       });
@@ -320,11 +318,13 @@ class EventPoolCore {
       figures.gets += read(shared.gets);
       figures.gets_missed = read(shared.gets_missed);
       figures.gets_hit = figures.gets - figures.gets_missed;
-      figures.puts += read(shared.puts);
       figures.puts_adopted += read(shared.puts_adopted);
       figures.idle_in_depot = depots_[device].idle();
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
-      figures.outstanding = static_cast<std::int64_t>(figures.gets - figures.puts);
+      // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
+      figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
+                            static_cast<std::int64_t>(figures.idle);
+      figures.puts = figures.gets - static_cast<std::uint64_t>(figures.outstanding);
       figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
     }
     return result;
@@ -467,8 +467,7 @@ class EventPoolCore {
     // An absent magazine's slot counts 0, so one test covers both.
     if (magazines.loaded.empty()) [[unlikely]]
       if (!refill_cache(magazines, device)) return false;
-    handle = magazines.loaded.take();
-    if constexpr (kCountCalls) ++magazines.counts.gets;
+    handle = magazines.loaded.take();  // counts the Get too (Slot::tally)
     return true;
   }
 
@@ -483,8 +482,9 @@ class EventPoolCore {
     if (filled == kNilIndex) return false;
     // Both held magazines are empty (or absent): keep one as `previous`, give the other back.
     if (magazines.previous.held()) give_empty_to_depot(magazines.previous, depot);
+    const Slot loaded = magazines.previous.handing_gets_to(slot_of(filled));
     magazines.previous = magazines.loaded;
-    magazines.loaded = slot_of(filled);
+    magazines.loaded = loaded;
     return true;
   }
 
@@ -507,7 +507,7 @@ class EventPoolCore {
     DeviceDepot &depot = depots_[device];
     const Slot fresh = slot_of(depot.take_empty(arena_));
     if (!magazines.loaded.held()) {
-      magazines.loaded = fresh;
+      magazines.loaded = magazines.loaded.handing_gets_to(fresh);
       return;
     }
     if (magazines.previous.held() && !hand_to_depot(magazines.previous, depot)) {
@@ -516,8 +516,9 @@ class EventPoolCore {
       std::swap(magazines.loaded, magazines.previous);
       return;
     }
+    const Slot loaded = magazines.previous.handing_gets_to(fresh);
     magazines.previous = magazines.loaded;
-    magazines.loaded = fresh;
+    magazines.loaded = loaded;
   }
 
   // ---- The cache: purger side (under registry_lock_) --------------------------------------------
@@ -556,7 +557,7 @@ class EventPoolCore {
       depot.give_empty(spare, arena_);
       return true;  // its events were destroyed: none fit
     }
-    slot = slot_of(spare);
+    slot = slot.handing_gets_to(slot_of(spare));
     return true;
   }
 
@@ -574,8 +575,10 @@ class EventPoolCore {
           return_magazines(cache);
           retired_leases_ += cache.purger_leases();
           if constexpr (kCountCalls)
-            for (int device = 0; device < device_count_; ++device)
-              counts_[device].fold_in(cache.purger_magazines(device).counts);
+            for (int device = 0; device < device_count_; ++device) {
+              auto &magazines = cache.purger_magazines(device);
+              counts_[device].fold_in(magazines.gets(), magazines.counts);
+            }
           return true;
         },
         [](Cache &cache) { cache.let_go(); });
@@ -586,7 +589,7 @@ class EventPoolCore {
   void return_magazines(Cache &cache) noexcept {
     for_each_magazine(cache, [this](Slot &slot, int device) {
       give_to_depot(slot, depots_[device]);
-      slot = Slot{};
+      slot.clear();
     });
   }
 
@@ -608,7 +611,8 @@ class EventPoolCore {
     Magazine &magazine = slot.store();
     for (std::uint32_t i = 0; i < magazine.count; ++i) backend_.destroy(magazine.handles[i]);
     count_destroyed(device, magazine.count);
-    magazine.count = slot.count = 0;
+    magazine.count = 0;
+    slot.set_count(0);
   }
 
   // A magazine the caller holds goes to the depot, as filled or as empty.
@@ -629,7 +633,7 @@ class EventPoolCore {
     const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
     if (magazine.count > fit) count_destroyed(device_of(depot), magazine.count - fit);
     while (magazine.count > fit) backend_.destroy(magazine.handles[--magazine.count]);
-    slot.count = magazine.count;
+    slot.set_count(magazine.count);
     if (magazine.empty()) return false;
     depot.give_reserved(slot.index, arena_);
     return true;

@@ -49,9 +49,9 @@
 //                call, a purger writes bypass rarely
 //   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
-//   [384, ...)   the magazine table, one DeviceMagazines per device (two 16-byte slots, and 24
-//                bytes of call counts unless the policy turns them off), written by the owner on
-//                every call; rounded up to whole lines
+//   [384, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
+//                and the count of adopted Puts), written by the owner on every call; rounded up
+//                to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
 // fast path finds a device's slots at a constant offset from the cache. Nothing another thread
@@ -59,6 +59,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -88,41 +89,70 @@ class ThreadCache final : public ThreadCacheLink {
   /// own `count` is stale: the fast path then reads the count and the address side by side, one
   /// dependent load fewer than reading the count through the address. load() and store() move the
   /// count in and out as the magazine enters and leaves the cache.
+  ///
+  /// With Pool::kCountCalls, the word that holds the count also counts the Gets this slot served,
+  /// so that counting costs a Get no instruction of its own (take() adds kTakeOne: count - 1 and
+  /// Gets + 1 in one add) and a Put nothing:
+  ///
+  ///   tally:  | Gets served (64 - kCountBits bits) | count (kCountBits bits) |
+  ///
+  /// The Gets stay with the device's two slots as magazines come and go (handing_gets_to), so the
+  /// device's cached Gets are loaded.gets() + previous.gets(). Without counting, the tally is the
+  /// count alone and the code is the plain decrement and increment.
   struct Slot {
     Magazine *magazine = nullptr;
     std::uint32_t index = kNilIndex;
-    std::uint32_t count = 0;
+    std::uint64_t tally = 0;
 
+    static constexpr unsigned kCountBits = std::bit_width(Magazine::kCapacity);
+    static_assert(kCountBits < 16, "the Gets keep at least 48 bits: they never wrap");
+    static constexpr std::uint64_t kCountMask =
+        Pool::kCountCalls ? (std::uint64_t{1} << kCountBits) - 1 : ~std::uint64_t{0};
+    static constexpr std::uint64_t kOneGet = Pool::kCountCalls ? std::uint64_t{1} << kCountBits : 0;
+
+    std::uint32_t count() const noexcept { return static_cast<std::uint32_t>(tally & kCountMask); }
+    std::uint64_t gets() const noexcept { return Pool::kCountCalls ? tally >> kCountBits : 0; }
     bool held() const noexcept { return magazine != nullptr; }
-    bool empty() const noexcept { return count == 0; }
-    bool full() const noexcept { return count == Magazine::kCapacity; }
+    bool empty() const noexcept { return count() == 0; }
+    bool full() const noexcept { return count() == Magazine::kCapacity; }
     /// Whether put() may be called: a magazine is held and it is not full.
     bool has_room() const noexcept { return held() && !full(); }
     using Handle = typename Magazine::handle_type;
-    [[gnu::always_inline]] Handle take() noexcept { return magazine->handles[--count]; }
-    [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[count++] = handle; }
+    [[gnu::always_inline]] Handle take() noexcept {
+      tally += kOneGet - 1;
+      return magazine->handles[tally & kCountMask];
+    }
+    [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[tally++ & kCountMask] = handle; }
+    void set_count(std::uint32_t count) noexcept { tally = (tally & ~kCountMask) | count; }
 
-    /// The magazine at `index` enters the cache.
+    /// The magazine at `index` enters the cache (with no Gets: see handing_gets_to).
     static Slot load(Magazine &magazine, std::uint32_t index) noexcept {
       return Slot{&magazine, index, magazine.count};
     }
+    /// `next`, about to take this slot's place, with this slot's Gets added to its own.
+    Slot handing_gets_to(Slot next) const noexcept {
+      next.tally += tally & ~kCountMask;
+      return next;
+    }
+    /// The slot gives its magazine up (the caller has dealt with it) and keeps its Gets.
+    void clear() noexcept { *this = handing_gets_to(Slot{}); }
     /// The magazine is about to leave the cache (or be read by whoever empties it): its count
     /// becomes the magazine's again.
     Magazine &store() const noexcept {
-      magazine->count = count;
+      magazine->count = count();
       return *magazine;
     }
   };
-  static_assert(sizeof(Slot) == 16, "a device's two slots share one 32-byte quarter of a line");
+  static_assert(sizeof(Slot) == 24);
   using CallCounts = std::conditional_t<Pool::kCountCalls, CachedCallCounts, NoCallCounts>;
-  /// A device's magazines, and the calls on it that they served (call_counts.h), side by side:
-  /// the owner writes both on the same line.
-  struct alignas(Pool::kCountCalls ? 64 : 32) DeviceMagazines {
+  /// A device's magazines, and the adopted Puts it took (call_counts.h), side by side: the owner
+  /// writes both on the same line.
+  struct alignas(64) DeviceMagazines {
     Slot loaded, previous;
     [[no_unique_address]] CallCounts counts;
+    std::uint64_t gets() const noexcept { return loaded.gets() + previous.gets(); }
   };
-  static_assert(sizeof(DeviceMagazines) == (Pool::kCountCalls ? 64 : 32),
-                "a device's entry is a half or a quarter of a line: none straddles two lines");
+  static_assert(sizeof(DeviceMagazines) == 64, "a device's entry is half a line: none straddles two");
 
   /// A cache for `devices` devices. Its magazine table is allocated with it, right behind the
   /// object, so the fast path reaches a device's slots at a fixed offset from the cache instead of
