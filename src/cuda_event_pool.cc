@@ -1,6 +1,7 @@
 #include "evpool/cuda_event_pool.h"
 
 #include <atomic>
+#include <cstdlib>
 
 
 namespace evpool {
@@ -25,8 +26,18 @@ CUDAEventPool &CUDAEventPool::instance_for(unsigned event_flags) {
   auto *fresh = new CUDAEventPool(event_flags);  // validates the flags; may throw: nothing published
   std::atomic<CUDAEventPool *> &slot = process_pools[event_flags];
   CUDAEventPool *expected = nullptr;
-  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
+  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) {
+    if (fresh->checked()) {
+      // A checked process-wide pool is never destroyed, so it reports its outstanding events at
+      // exit instead; once, for every such pool.
+      static const int registered = std::atexit([] {
+        for (std::atomic<CUDAEventPool *> &pool : process_pools)
+          if (CUDAEventPool *found = pool.load(std::memory_order_acquire)) found->report_outstanding_at_exit();
+      });
+      (void)registered;
+    }
     return *fresh;
+  }
   delete fresh;  // another thread won; its pool is the one
   return *expected;
 }

@@ -116,6 +116,52 @@ TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {
   EXPECT_EQ(figures.idle, 2u);
 }
 
+template <unsigned Capacity>
+struct MagazinesOf : DefaultPoolPolicy {
+  static constexpr unsigned cache_capacity = Capacity;
+};
+
+// Magazines rotate through the cache's two slots and the depot (refills, full magazines handed
+// over, a flush, a Trim that swaps the cache's magazines for empty ones): the Gets counted in the
+// slots must move with them. One event per magazine or two make every call rotate.
+template <class Policy>
+void expect_gets_survive_rotation() {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend, Policy> pool(backend);
+  pool.Reserve(0, 256);
+  std::uint64_t gets = 0, puts = 0;
+  const auto expect_counted = [&](const char *after) {
+    const DeviceStats figures = pool.stats().devices[0];
+    EXPECT_EQ(figures.gets, gets) << "after " << after << ", capacity " << Policy::cache_capacity;
+    EXPECT_EQ(figures.puts, puts) << "after " << after << ", capacity " << Policy::cache_capacity;
+  };
+  std::vector<Event> got;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 256; ++i, ++gets) got.push_back(pool.Get(0));
+    expect_counted("Gets");
+    for (Event &event : got) pool.Put(std::move(event)), ++puts;
+    got.clear();
+    expect_counted("Puts");
+  }
+  Event held = pool.Get(0);
+  ++gets;
+  pool.FlushThreadCache();
+  pool.Put(std::move(held));  // loads an empty magazine into a slot that gave its own up
+  ++puts;
+  expect_counted("FlushThreadCache");
+  for (int i = 0; i < 40; ++i, ++gets) got.push_back(pool.Get(0));
+  for (Event &event : got) pool.Put(std::move(event)), ++puts;
+  got.clear();
+  pool.Trim(10);
+  expect_counted("Trim(10)");
+}
+
+TEST(PoolStatsRotation, TheGetsCountedInSlotsMoveWithTheirMagazines) {
+  expect_gets_survive_rotation<DefaultPoolPolicy>();
+  expect_gets_survive_rotation<MagazinesOf<2>>();
+  expect_gets_survive_rotation<MagazinesOf<1>>();
+}
+
 // Threads that are alive but idle still have counts and events in their caches: stats() reads
 // them without the threads' help.
 TYPED_TEST(PoolStatsTest, ReadsTheCachesOfThreadsThatAreAliveButIdle) {

@@ -21,6 +21,7 @@
 
 #include "evpool/detail/event_pool_core.h"
 #include "evpool/event_backend.h"
+#include "evpool/pool_checks.h"
 #include "evpool/pool_policy.h"
 #include "evpool/pool_stats.h"
 #include "evpool/shared_event_lease.h"
@@ -43,13 +44,14 @@ class BasicEventPool {
   using shared_lease = SharedEventLease<Core>;
 
   /// An empty pool for the backend's devices, creating events with `event_flags` and keeping at
-  /// most `max_idle_per_device` idle events per device (a Put beyond that destroys the event).
-  /// Throws std::invalid_argument for flags the backend rejects or a limit of 0, and whatever the
-  /// backend throws when it cannot count its devices (CUDAError where CUDA has no driver or no
-  /// device).
+  /// most `max_idle_per_device` idle events per device (a Put beyond that destroys the event),
+  /// checking for misuse if `checks` or the environment say so (pool_checks.h).
+  /// Throws std::invalid_argument for flags the backend rejects, a limit of 0, or a value of
+  /// EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot count its
+  /// devices (CUDAError where CUDA has no driver or no device).
   explicit BasicEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags,
-                          std::size_t max_idle_per_device = kUnlimitedIdle)
-      : core_(new Core(std::move(backend), event_flags, max_idle_per_device)) {}
+                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
+      : core_(new Core(std::move(backend), event_flags, max_idle_per_device, checks)) {}
 
   BasicEventPool(const BasicEventPool &) = delete;
   BasicEventPool &operator=(const BasicEventPool &) = delete;
@@ -79,6 +81,8 @@ class BasicEventPool {
   /// - std::invalid_argument if `event` is empty, or if `device_id` contradicts the event's device;
   /// - std::out_of_range if the device is outside [0, device_count());
   /// - std::bad_alloc if no node can be allocated.
+  /// In checked mode, throws DoublePutError (a std::invalid_argument) if the event is already idle
+  /// in the pool; then the pool keeps its copy and `event` is emptied without being destroyed.
   [[gnu::always_inline]] void Put(event_type &&event, int device_id = -1) {
     core_->Put(std::move(event), device_id);
   }
@@ -133,6 +137,9 @@ class BasicEventPool {
   /// std::bad_alloc.
   PoolStats stats() const requires Policy::count_calls { return core_->stats(); }
 
+  /// Whether the pool checks for misuse (pool_checks.h). Thread-safe, wait-free.
+  bool checked() const noexcept { return core_->checked(); }
+
   /// Number of devices, fixed at construction. Thread-safe, wait-free.
   int device_count() const noexcept { return core_->device_count(); }
 
@@ -146,6 +153,11 @@ class BasicEventPool {
   /// without caches): the pool's bookkeeping memory, sizeof(Magazine) bytes a node, a multiple of
   /// 128. Thread-safe, wait-free.
   std::size_t node_count() const noexcept { return core_->node_count(); }
+
+ protected:
+  /// On stderr, the events still outstanding, in checked mode (for pools that are never destroyed,
+  /// at exit). Thread-safe; never throws.
+  void report_outstanding_at_exit() noexcept { core_->report_outstanding(false); }
 
  private:
   Core *core_;

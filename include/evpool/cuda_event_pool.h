@@ -24,15 +24,18 @@ namespace evpool {
 class EVPOOL_API CUDAEventPool : public BasicEventPool<CUDABackend> {
  public:
   /// An empty pool for every visible device, creating events with `event_flags` and keeping at
-  /// most `max_idle_per_device` idle events per device. Throws CUDAError where CUDA has no driver
-  /// or no device, and std::invalid_argument for flags CUDA would reject or a limit of 0.
+  /// most `max_idle_per_device` idle events per device, checking for misuse if `checks` or the
+  /// environment (EVPOOL_CHECKED=1) say so (pool_checks.h). Throws CUDAError where CUDA has no
+  /// driver or no device, and std::invalid_argument for flags CUDA would reject, a limit of 0, or
+  /// a value of EVPOOL_CHECKED other than 0 or 1.
   explicit CUDAEventPool(unsigned event_flags = cudaEventDisableTiming,
-                         std::size_t max_idle_per_device = kUnlimitedIdle)
-      : BasicEventPool(CUDABackend{}, event_flags, max_idle_per_device) {}
+                         std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
+      : BasicEventPool(CUDABackend{}, event_flags, max_idle_per_device, checks) {}
 
   /// The process-wide pool of cudaEventDisableTiming events, created on first use (thread-safe).
   /// It is never destroyed: threads may still use it while the process exits, and the driver
-  /// reclaims its events then (PyTorch, RMM and kvikio leak their pools for the same reason).
+  /// reclaims its events then (PyTorch, RMM and kvikio leak their pools for the same reason). In
+  /// checked mode (EVPOOL_CHECKED=1) it reports the events still outstanding at exit.
   /// Throws CUDAError where CUDA has no driver or no device; a later call tries again.
   static CUDAEventPool &instance();
 

@@ -45,16 +45,14 @@ class CUDASharedEvent {
 
   /// Shares `event`, belonging to no pool: the last copy destroys it.
   explicit CUDASharedEvent(CUDAEvent event)
-      : CUDASharedEvent(event.get(), [](cudaEvent_t handle) { CUDAEvent destroyed(handle); }) {
-    (void)event.release();
-  }
+      // release() first: if the count cannot be allocated, shared_ptr runs the deleter at once,
+      // and the handle must not be destroyed a second time by `event`.
+      : CUDASharedEvent(event.release(), [](cudaEvent_t handle) { CUDAEvent destroyed(handle); }) {}
 
   /// Shares `event`, belonging to no pool: the last copy calls `deleter(event.get())`.
   template <class EventDeleter>
   explicit CUDASharedEvent(CUDAEvent event, EventDeleter &&deleter)
-      : CUDASharedEvent(event.get(), std::forward<EventDeleter>(deleter)) {
-    (void)event.release();
-  }
+      : CUDASharedEvent(event.release(), std::forward<EventDeleter>(deleter)) {}
 
   /// An event of `device_id` (-1: the calling thread's current device) from `pool`, returned to
   /// it when the last copy dies, under the device it was created on. The copies may outlive the

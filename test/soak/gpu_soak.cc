@@ -10,7 +10,8 @@
 // Thread 0 also purges the pool every 1,000 operations.
 // Checked: no event is held by two holders at once, every CUDA call succeeds (recording an event of
 // the wrong device fails), every copy on B sees the value written on A before the record, and
-// none is lost: once everything is returned and purged, created = destroyed.
+// none is lost: once everything is returned and purged, created = destroyed. The pool's stats()
+// must then agree with the counting backend (created, destroyed) and show nothing idle or out.
 // Exit status: 0 clean, 1 a violation, 77 no GPU.
 #include <cuda_runtime_api.h>
 
@@ -36,6 +37,7 @@ namespace {
 using Backend = evpool::testing_support::CountingBackend<evpool::CUDABackend>;
 using Pool = evpool::BasicEventPool<Backend>;
 using evpool::CUDAEvent;
+using evpool::DeviceStats;
 
 class HolderLedger {
  public:
@@ -229,6 +231,12 @@ int main(int argc, char **argv) {
 
   pool.Purge();
   const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+  // The pool's own figures must agree with the counting backend: every creation and destruction
+  // counted once, nothing idle after the Purge, nothing outstanding once every thread gave back.
+  const DeviceStats figures = pool.stats().total();
+  const bool stats_agree = figures.created == created && figures.destroyed == destroyed && figures.idle == 0 &&
+                           figures.outstanding == 0 && figures.puts == figures.gets &&
+                           figures.gets_missed <= figures.created;
   std::uint64_t total = 0;
   std::printf("gpu soak: %.1f s, %d threads, %d device(s)\n", elapsed, threads, devices);
   for (int role = 0; role < 5; ++role) {
@@ -239,6 +247,13 @@ int main(int argc, char **argv) {
   std::printf("  total    %12llu operations (%.2f M/s)\n", static_cast<unsigned long long>(total), total / elapsed / 1e6);
   std::printf("  events created %llu, destroyed by the pool %llu, peak idle nodes %zu\n",
               static_cast<unsigned long long>(created), static_cast<unsigned long long>(destroyed), pool.node_count());
+  std::printf("  stats(): created %llu, destroyed %llu, gets %llu (hit rate %.4f), puts %llu, idle %llu, "
+              "outstanding %lld: %s\n",
+              static_cast<unsigned long long>(figures.created), static_cast<unsigned long long>(figures.destroyed),
+              static_cast<unsigned long long>(figures.gets),
+              figures.gets == 0 ? 0.0 : static_cast<double>(figures.gets_hit) / static_cast<double>(figures.gets),
+              static_cast<unsigned long long>(figures.puts), static_cast<unsigned long long>(figures.idle),
+              static_cast<long long>(figures.outstanding), stats_agree ? "agree with the backend" : "DISAGREE");
   std::printf("  held twice %llu, returned unheld %llu, CUDA errors %llu (first: %s), wrong values %llu\n",
               static_cast<unsigned long long>(violations.held_twice.load()),
               static_cast<unsigned long long>(violations.returned_unheld.load()),
@@ -246,7 +261,8 @@ int main(int argc, char **argv) {
               cudaGetErrorName(static_cast<cudaError_t>(violations.first_cuda_error.load())),
               static_cast<unsigned long long>(violations.wrong_values.load()));
   const bool clean = violations.held_twice == 0 && violations.returned_unheld == 0 &&
-                     violations.cuda_errors == 0 && violations.wrong_values == 0 && created == destroyed;
-  std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed)" : "FAILED");
+                     violations.cuda_errors == 0 && violations.wrong_values == 0 && created == destroyed &&
+                     stats_agree;
+  std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed; stats() agrees)" : "FAILED");
   return clean ? 0 : 1;
 }

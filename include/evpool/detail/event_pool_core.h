@@ -62,6 +62,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,7 @@
 #include "evpool/detail/call_counts.h"
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_ordinal.h"
+#include "evpool/detail/event_checker.h"
 #include "evpool/detail/fork_guard.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/registry_lock.h"
@@ -82,6 +84,7 @@
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
 #include "evpool/event_backend.h"
+#include "evpool/pool_checks.h"
 #include "evpool/pool_stats.h"
 
 namespace evpool::detail {
@@ -102,7 +105,7 @@ class EventPoolCore {
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
-  EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device)
+  EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
       : backend_(std::move(backend)), event_flags_(event_flags), max_idle_(max_idle_per_device) {
     backend_.validate_flags(event_flags_);
     device_count_ = backend_.device_count();
@@ -114,6 +117,8 @@ class EventPoolCore {
                                   "use kUnlimitedIdle for no limit");
     depots_ = std::make_unique<DeviceDepot[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
+    if (checks == Checks::kOn || checks_requested_by_environment())
+      checker_ = std::make_unique<EventChecker<handle_type>>(device_count_);
     if constexpr (kCached) Fence::prepare();  // settles the owners' fence before any cache exists
   }
   EventPoolCore(const EventPoolCore &) = delete;
@@ -133,6 +138,11 @@ class EventPoolCore {
       caches_.for_each([&](Cache &cache) {
         cache.purger_wait_until_idle();
         for_each_magazine(cache, [this](Slot &slot, int device) { destroy_events(slot, device); });
+        if constexpr (kCountCalls)  // for the report of what is still outstanding
+          for (int device = 0; device < device_count_; ++device) {
+            auto &magazines = cache.purger_magazines(device);
+            counts_[device].fold_in(magazines.gets(), magazines.counts);
+          }
         leased += cache.purger_leases();
         cache.let_go();  // for_each has read the link already
       });
@@ -159,7 +169,14 @@ class EventPoolCore {
     forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
     const bool adopted = event.device_id() == -1;  // a bare handle wrapped by the caller
-    if (keep(event.get(), device, adopted)) {
+    bool kept;
+    try {
+      kept = keep(event.get(), device, adopted);
+    } catch (const DoublePutError &) {
+      (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
+      throw;
+    }
+    if (kept) {
       (void)event.release();
     } else {
       event = event_type();  // over the idle limit: destroy instead of keeping
@@ -179,6 +196,7 @@ class EventPoolCore {
         for (; count > 0 && !magazine.full(); --count) {
           magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
           count_created(device);
+          if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count - 1]);
         }
       } catch (...) {
         give_to_depot(slot_of(index), depot);
@@ -250,7 +268,7 @@ class EventPoolCore {
         } catch (...) {
           event = event_type();  // no memory for a magazine: destroy it
           count_destroyed(device, 1);
-        }
+        }  // (a checked pool has no caches)
         cache->owner_count_leases(-1);
         cache->owner_exit();
         return;
@@ -259,15 +277,17 @@ class EventPoolCore {
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
-        if (keep_around_cache(handle, device, false))
-          (void)event.release();
-        else
-          count_destroyed(device, 1);
+        if (keep_around_cache(handle, device, false)) (void)event.release();
+      } catch (const DoublePutError &) {
+        (void)event.release();  // checked mode: the pool holds this handle already
       } catch (...) {
-        count_destroyed(device, 1);
       }
     }
-    event = event_type();  // destroys what the pool did not take
+    if (event) {  // destroys what the pool did not take
+      event = event_type();
+      count_destroyed(device, 1);
+      forget_destroyed(device, handle);
+    }
     settle_leases(-1);     // may delete this: the last action
   }
 
@@ -291,8 +311,11 @@ class EventPoolCore {
     forget_events_of_parent_process();
     PoolStats result;
     result.devices.resize(static_cast<std::size_t>(device_count_));  // may throw: nothing held
+    // The caches stay requested, and the registry locked, until the shared counters and the
+    // depots are read too: a cache collected or drained in between would count twice.
+    std::unique_lock<RegistryLock<Policy>> lock;
     if constexpr (kCached) {
-      std::lock_guard lock(registry_lock_);
+      lock = std::unique_lock<RegistryLock<Policy>>(registry_lock_);
       caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kDraining); });
       Fence::purger_fence();
       caches_.for_each([&](Cache &cache) {
@@ -304,7 +327,6 @@ class EventPoolCore {
           figures.puts_adopted += magazines.counts.puts_adopted;
           figures.idle_in_caches += magazines.loaded.count() + magazines.previous.count();
         }
-        cache.purger_reopen();
       });
     }
     for (int device = 0; device < device_count_; ++device) {
@@ -317,18 +339,55 @@ class EventPoolCore {
       figures.destroyed = read(shared.destroyed);
       figures.gets += read(shared.gets);
       figures.gets_missed = read(shared.gets_missed);
-      figures.gets_hit = figures.gets - figures.gets_missed;
+      // Counters of a call in flight may be read half updated: the derived figures are clamped,
+      // never wrapped.
+      figures.gets_hit = figures.gets - std::min(figures.gets, figures.gets_missed);
       figures.puts_adopted += read(shared.puts_adopted);
       figures.idle_in_depot = depots_[device].idle();
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
       // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
       figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
                             static_cast<std::int64_t>(figures.idle);
-      figures.puts = figures.gets - static_cast<std::uint64_t>(figures.outstanding);
+      const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
+      figures.puts = figures.gets - std::min(figures.gets, out);
       figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
+    }
+    if constexpr (kCached) {
+      // Threads that exited meanwhile skipped their flush (their caches were requested): their
+      // magazines go to the depots now, where other threads find them.
+      collect_abandoned_caches();
+      caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
     }
     return result;
   }
+
+  /// On stderr, the events got and never put back: in checked mode each with the stack of its Get;
+  /// otherwise, with counting on, the counts alone and only once the pool is empty (`final`: its
+  /// state is being destroyed). Nothing if there are none. Never throws.
+  void report_outstanding(bool final = true) noexcept {
+    try {
+      std::string details;
+      if (checker_) {
+        details = checker_->describe_outstanding(device_count_);
+      } else if constexpr (kCountCalls) {
+        for (int device = 0; final && device < device_count_; ++device) {
+          const SharedCallCounts &shared = counts_[device];
+          // Every idle event is destroyed by now: what is left was created or adopted and is out.
+          const auto outstanding = static_cast<std::int64_t>(shared.created.load(std::memory_order_relaxed) +
+                                                             shared.puts_adopted.load(std::memory_order_relaxed) -
+                                                             shared.destroyed.load(std::memory_order_relaxed));
+          if (outstanding > 0)
+            details += "  device " + std::to_string(device) + ": " + std::to_string(outstanding) +
+                       " outstanding (EVPOOL_CHECKED=1 shows where each was got)\n";
+        }
+      }
+      if (!details.empty())
+        std::fprintf(stderr, "evpool: events still outstanding (got and never put back) %s:\n%s",
+                     final ? "as a pool's state is destroyed" : "at exit", details.c_str());
+    } catch (...) {
+    }
+  }
+  bool checked() const noexcept { return checker_ != nullptr; }
 
   int device_count() const noexcept { return device_count_; }
   unsigned event_flags() const noexcept { return event_flags_; }
@@ -358,6 +417,7 @@ class EventPoolCore {
   ~EventPoolCore() {
     // Events a lease returned to a depot while close() was trimming it.
     trim_depots(0);
+    report_outstanding();
   }
 
   // ---- The two operations, through the cache or around it ---------------------------------------
@@ -386,6 +446,7 @@ class EventPoolCore {
       if constexpr (kCountCalls) counts_[device].gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
     if constexpr (kCountCalls) counts_[device].gets.fetch_add(1, std::memory_order_relaxed);
+    if (checker_) checker_->on_handed_out(device, handle);
     if (leases != 0) count_leases(leases);
     return handle;
   }
@@ -407,9 +468,18 @@ class EventPoolCore {
     return keep_around_cache(handle, device, adopted);
   }
 
+  // Throws DoublePutError in checked mode for a handle already idle here; then nothing changed.
   [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device, bool adopted) {
-    const bool kept = depots_[device].give_one(handle, arena_, max_idle_);  // may throw: not counted
+    if (checker_) checker_->on_put(device, handle);
+    bool kept;
+    try {
+      kept = depots_[device].give_one(handle, arena_, max_idle_);  // may throw: not counted
+    } catch (...) {
+      if (checker_) checker_->on_put_undone(device, handle);
+      throw;
+    }
     if constexpr (kCountCalls) counts_[device].count_put(adopted);
+    if (!kept) forget_destroyed(device, handle);  // the caller destroys it
     return kept;
   }
 
@@ -441,6 +511,7 @@ class EventPoolCore {
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
     // Acquire: pairs with close(). A lease ending after its pool needs no cache.
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
+    if (checker_) return nullptr;  // a checked pool has no caches: every call goes to the checks
     // The id names a pool of this very type, so the cast is exact.
     if (ThreadCacheLink *found = find_thread_cache(id_)) return static_cast<Cache *>(found);
     Cache *cache = nullptr;
@@ -609,7 +680,7 @@ class EventPoolCore {
   // Destroys the events of a magazine held in a slot; the slot stays, empty.
   void destroy_events(Slot &slot, int device) noexcept {
     Magazine &magazine = slot.store();
-    for (std::uint32_t i = 0; i < magazine.count; ++i) backend_.destroy(magazine.handles[i]);
+    for (std::uint32_t i = 0; i < magazine.count; ++i) destroy_idle(device, magazine.handles[i]);
     count_destroyed(device, magazine.count);
     magazine.count = 0;
     slot.set_count(0);
@@ -632,7 +703,7 @@ class EventPoolCore {
     Magazine &magazine = slot.store();
     const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
     if (magazine.count > fit) count_destroyed(device_of(depot), magazine.count - fit);
-    while (magazine.count > fit) backend_.destroy(magazine.handles[--magazine.count]);
+    while (magazine.count > fit) destroy_idle(device_of(depot), magazine.handles[--magazine.count]);
     slot.set_count(magazine.count);
     if (magazine.empty()) return false;
     depot.give_reserved(slot.index, arena_);
@@ -654,7 +725,7 @@ class EventPoolCore {
       const std::size_t room = keep - kept;
       if (magazine.count > room) {
         const auto excess = static_cast<std::uint32_t>(magazine.count - room);
-        for (std::uint32_t i = 0; i < excess; ++i) backend_.destroy(magazine.handles[--magazine.count]);
+        for (std::uint32_t i = 0; i < excess; ++i) destroy_idle(device, magazine.handles[--magazine.count]);
         depot.release_places(excess, max_idle_);
         count_destroyed(device, excess);
       }
@@ -689,6 +760,16 @@ class EventPoolCore {
     if constexpr (kCountCalls) counts_[device].count_destroyed(count);
   }
 
+  // ---- Checked mode (pool_checks.h) -------------------------------------------------------------
+
+  void destroy_idle(int device, handle_type handle) noexcept {
+    backend_.destroy(handle);
+    forget_destroyed(device, handle);
+  }
+  void forget_destroyed(int device, handle_type handle) noexcept {
+    if (checker_) checker_->on_destroyed(device, handle);
+  }
+
   // ---- fork() ------------------------------------------------------------------------------------
 
   [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
@@ -696,6 +777,7 @@ class EventPoolCore {
       for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
       if constexpr (kCountCalls)  // the child starts empty, and so do its figures
         for (int device = 0; device < device_count_; ++device) counts_[device].reset();
+      if (checker_) checker_->forget_all_in_child(device_count_);
       if constexpr (kCached) {
         // No thread of the child can hold the lock or be inside a cache: they all wait for us.
         registry_lock_.reset_in_child();
@@ -744,6 +826,7 @@ class EventPoolCore {
   Arena arena_;
   std::unique_ptr<DeviceDepot[]> depots_;
   std::unique_ptr<SharedCallCounts[]> counts_;  // per device; only with Policy::count_calls
+  std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 
   // Leases, and the end of the pool (see the rationale).
   alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};

@@ -1,0 +1,54 @@
+// evpool: checked mode, which catches misuse of a pool that would otherwise go unnoticed.
+//
+// Design rationale
+// ----------------
+// The misuse that hurts most is silent: an event Put twice (for example a released handle wrapped
+// and put back twice) sits in the pool twice, and the next two Gets hand the same event to two
+// streams that then synchronise on each other's work, a wrong result far from its cause. Catching
+// it needs a record of every event the pool holds, which no fast path can afford. So checks are a
+// mode: a checked pool keeps no thread caches (every call goes to the depot, where a per-device
+// table, behind a mutex, records each event as idle or outstanding, with a short stack of the Get
+// that handed it out), and an unchecked pool pays nothing: its calls never reach the code that
+// checks. Turn it on for one pool with Checks::kOn, or for every pool of an unchanged binary with
+// the environment variable EVPOOL_CHECKED=1.
+//
+// What it catches:
+//   - a Put (or a lease's end) of an event that is already idle in the pool: refused with
+//     DoublePutError, naming the device and the handle; the pool's idle copy stays, and the
+//     caller's duplicate is emptied without destroying the handle (destroying it would destroy
+//     the copy the pool holds);
+//   - events still outstanding when the pool's state is destroyed (its last reference gone): each
+//     is reported on stderr with the stack of the Get that handed it out; the process-wide pools
+//     (instance(), instance_for()) report at exit. Without checks the report gives the counts alone.
+//   - a Put under a device that contradicts the event's own stays an error, as without checks.
+#pragma once
+
+#include "evpool/detail/require_cxx20.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "evpool/export.h"
+
+namespace evpool {
+
+/// Whether a pool checks for misuse (see above).
+enum class Checks {
+  kDefault,  ///< off, unless the environment variable EVPOOL_CHECKED turns them on
+  kOn,       ///< on, whatever the environment says
+};
+
+/// A Put of an event that is already idle in the pool (checked mode only). The caller's event was
+/// emptied without destroying its handle, which the pool holds.
+class DoublePutError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+namespace detail {
+/// Whether EVPOOL_CHECKED asks for checks: unset, empty or "0" no, "1" yes. Throws
+/// std::invalid_argument, naming the value, for anything else.
+EVPOOL_API bool checks_requested_by_environment();
+}  // namespace detail
+
+}  // namespace evpool

@@ -1,0 +1,198 @@
+// Checked mode (pool_checks.h): double Puts refused with the pool left consistent, outstanding
+// events reported when a pool's state is destroyed, and the environment variable.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+
+namespace evpool {
+namespace {
+
+using Event = HostBackend::Event;
+using Token = HostBackend::handle_type;
+using Pool = BasicEventPool<HostBackend>;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Sets EVPOOL_CHECKED for the scope (unset: nullptr) and restores the absence after.
+class ScopedCheckedVariable {
+ public:
+  explicit ScopedCheckedVariable(const char *value) {
+    if (value != nullptr)
+      ::setenv("EVPOOL_CHECKED", value, 1);
+    else
+      ::unsetenv("EVPOOL_CHECKED");
+  }
+  ~ScopedCheckedVariable() { ::unsetenv("EVPOOL_CHECKED"); }
+};
+
+TEST(CheckedPool, ASecondPutOfAnIdleEventIsRefusedAndTheDuplicateIsNotDestroyed) {
+  HostBackend backend(2);
+  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  ASSERT_TRUE(pool.checked());
+  const Token token = pool.Get(1).release();  // the caller now owns a bare token
+  pool.Put(backend.adopt(token, 1));
+  Event duplicate = backend.adopt(token, 1);
+  try {
+    pool.Put(std::move(duplicate));
+    ADD_FAILURE() << "the double Put was accepted";
+  } catch (const DoublePutError &error) {
+    EXPECT_THAT(error.what(), HasSubstr("event " + std::to_string(token) + " of device 1"));
+    EXPECT_THAT(error.what(), HasSubstr("already idle"));
+  }
+  EXPECT_FALSE(duplicate) << "the duplicate is emptied";
+  EXPECT_EQ(backend.destroyed(), 0u) << "the pool's idle copy was destroyed through the duplicate";
+
+  // The pool holds the event once: two Gets hand out two different events.
+  Event first = pool.Get(1), second = pool.Get(1);
+  EXPECT_NE(first.get(), second.get());
+  EXPECT_TRUE(first.get() == token || second.get() == token);
+  pool.Put(std::move(first));
+  pool.Put(std::move(second));
+  pool.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "the pool is consistent after the refusal";
+}
+
+TEST(CheckedPool, ALeaseEndingOnAnIdleCopyDoesNotDestroyIt) {
+  HostBackend backend(1);
+  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  {
+    auto lease = pool.Lease(0);
+    pool.Put(backend.adopt(lease.get(), 0));  // misuse: the leased event put back by hand
+  }  // the lease ends on an event already idle
+  EXPECT_EQ(backend.destroyed(), 0u);
+  Event first = pool.Get(0), second = pool.Get(0);
+  EXPECT_NE(first.get(), second.get()) << "the event is in the pool once";
+  pool.Put(std::move(first));
+  pool.Put(std::move(second));
+}
+
+TEST(CheckedPool, AContradictingDeviceIsStillAnErrorAndTheCallerKeepsItsEvent) {
+  HostBackend backend(2);
+  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Event event = pool.Get(0);
+  EXPECT_THROW(pool.Put(std::move(event), 1), std::invalid_argument);
+  ASSERT_TRUE(event);
+  pool.Put(std::move(event));
+}
+
+// Every thread puts each of its events twice; every second Put is refused, and afterwards no event
+// is handed out twice and none is lost.
+TEST(CheckedPool, DoublePutsFromManyThreadsAreAllRefusedAndThePoolStaysConsistent) {
+  HostBackend backend(2);
+  {
+    Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+    constexpr int kThreads = 6, kRounds = 500;
+    std::atomic<int> refused{0}, accepted_twice{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        const int device = t % 2;
+        for (int round = 0; round < kRounds; ++round) {
+          const Token token = pool.Get(device).release();
+          pool.Put(backend.adopt(token, device));
+          try {
+            pool.Put(backend.adopt(token, device));
+            accepted_twice.fetch_add(1);
+          } catch (const DoublePutError &) {
+            refused.fetch_add(1);
+          }
+        }
+      });
+    for (std::thread &thread : threads) thread.join();
+    EXPECT_EQ(refused.load(), kThreads * kRounds);
+    EXPECT_EQ(accepted_twice.load(), 0);
+    EXPECT_EQ(backend.destroyed(), 0u);
+    for (int device = 0; device < 2; ++device) {
+      std::vector<Event> got;
+      std::set<Token> distinct;
+      // Every idle event, until the pool must create: none twice.
+      for (const std::uint64_t created = backend.created(); backend.created() == created;) {
+        got.push_back(pool.Get(device));
+        EXPECT_TRUE(distinct.insert(got.back().get()).second) << "event handed out twice";
+      }
+      for (Event &event : got) pool.Put(std::move(event));
+    }
+  }
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "every event created was destroyed once";
+}
+
+TEST(CheckedPool, OutstandingEventsAreReportedWithWhereTheyWereGot) {
+  HostBackend backend(2);
+  std::vector<Event> kept;
+  testing::internal::CaptureStderr();
+  {
+    Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+    kept.push_back(pool.Get(1));
+    kept.push_back(pool.Get(1));
+    pool.Put(pool.Get(0));
+  }
+  const std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(report, HasSubstr("events still outstanding"));
+  EXPECT_THAT(report, HasSubstr("device 1: 2 outstanding"));
+  EXPECT_THAT(report, Not(HasSubstr("device 0")));
+  EXPECT_THAT(report, HasSubstr("event " + std::to_string(kept[0].get()) + ", got at:"));
+}
+
+TEST(UncheckedPool, OutstandingEventsAreReportedAsCounts) {
+  HostBackend backend(2);
+  std::vector<Event> kept;
+  testing::internal::CaptureStderr();
+  {
+    Pool pool(backend);
+    kept.push_back(pool.Get(1));
+    pool.Put(pool.Get(0));
+  }
+  const std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(report, HasSubstr("device 1: 1 outstanding (EVPOOL_CHECKED=1 shows where each was got)"));
+  EXPECT_THAT(report, Not(HasSubstr("device 0")));
+}
+
+TEST(UncheckedPool, APoolWithNothingOutstandingReportsNothing) {
+  HostBackend backend(2);
+  testing::internal::CaptureStderr();
+  {
+    Pool pool(backend);
+    Event event = pool.Get(1);
+    pool.Put(std::move(event));
+    auto lease = pool.Lease(0);
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+TEST(CheckedEnvironment, OneTurnsChecksOnForAnUnchangedPool) {
+  const ScopedCheckedVariable on("1");
+  Pool pool{HostBackend(1)};
+  EXPECT_TRUE(pool.checked());
+}
+
+TEST(CheckedEnvironment, ZeroEmptyOrUnsetLeaveThemOffAndKOnStillWins) {
+  for (const char *value : {"0", "", static_cast<const char *>(nullptr)}) {
+    const ScopedCheckedVariable off(value);
+    EXPECT_FALSE(Pool{HostBackend(1)}.checked()) << (value ? value : "(unset)");
+    EXPECT_TRUE(Pool(HostBackend(1), HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn).checked());
+  }
+}
+
+TEST(CheckedEnvironment, AnyOtherValueIsRefusedByName) {
+  const ScopedCheckedVariable bad("yes");
+  try {
+    Pool pool{HostBackend(1)};
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_THAT(error.what(), HasSubstr("EVPOOL_CHECKED=yes"));
+  }
+}
+
+}  // namespace
+}  // namespace evpool
