@@ -16,7 +16,9 @@
 //   - a Put (or a lease's end) of an event that is already idle in the pool: refused with
 //     DoublePutError, naming the device and the handle; the pool's idle copy stays, and the
 //     caller's duplicate is emptied without destroying the handle (destroying it would destroy
-//     the copy the pool holds);
+//     the copy the pool holds). A duplicate is caught while its event is idle: once another Get
+//     has handed the event out again, the duplicate passes for that holder's return, and the
+//     holder's own Put is refused instead (a handle alone cannot tell the two apart);
 //   - events still outstanding when the pool's state is destroyed (its last reference gone): each
 //     is reported on stderr with the stack of the Get that handed it out; the process-wide pools
 //     (instance(), instance_for()) report at exit. Without checks the report gives the counts alone.
