@@ -75,7 +75,7 @@ class SharedPool : public CountedVariant<Backend> {
   /// Of the Gets so far, pre-warming included, the share served by an idle event: for the pools
   /// that keep stats() (evpool's).
   double hit_rate() const
-    requires requires(const Pool<CountingBackend<Backend>> &pool) { pool.stats(); }
+    requires Pool<CountingBackend<Backend>>::policy_type::count_calls
   {
     const DeviceStats total = pool_.stats().total();
     return total.gets == 0 ? 0.0 : static_cast<double>(total.gets_hit) / static_cast<double>(total.gets);

@@ -38,6 +38,7 @@ class BasicEventPool {
 
  public:
   using backend_type = Backend;
+  using policy_type = Policy;
   using event_type = typename Backend::event_type;
   using handle_type = typename Backend::handle_type;
   using unique_lease = UniqueEventLease<Core>;
@@ -133,9 +134,12 @@ class BasicEventPool {
   /// Thread-safe; blocking, like Trim: takes the registry lock and reads each thread's cache
   /// through the same handshake (waits for a thread in the middle of a call on this pool, never
   /// for an idle one; the calls meanwhile bypass the cache). Cheap to keep on: the counting costs
-  /// Get and Put no shared write. Not available with a policy whose count_calls is false. Throws
+  /// Get and Put no shared write. Does not compile with a policy whose count_calls is false. Throws
   /// std::bad_alloc.
-  PoolStats stats() const requires Policy::count_calls { return core_->stats(); }
+  PoolStats stats() const {
+    static_assert(Policy::count_calls, "stats() needs a policy that counts (count_calls = true)");
+    return core_->stats();
+  }
 
   /// Whether the pool checks for misuse (pool_checks.h). Thread-safe, wait-free.
   bool checked() const noexcept { return core_->checked(); }
