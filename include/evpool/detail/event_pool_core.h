@@ -138,11 +138,7 @@ class EventPoolCore {
       caches_.for_each([&](Cache &cache) {
         cache.purger_wait_until_idle();
         for_each_magazine(cache, [this](Slot &slot, int device) { destroy_events(slot, device); });
-        if constexpr (kCountCalls)  // for the report of what is still outstanding
-          for (int device = 0; device < device_count_; ++device) {
-            auto &magazines = cache.purger_magazines(device);
-            counts_[device].fold_in(magazines.gets(), magazines.counts);
-          }
+        fold_counts(cache);  // for the report of what is still outstanding
         leased += cache.purger_leases();
         cache.let_go();  // for_each has read the link already
       });
@@ -645,11 +641,7 @@ class EventPoolCore {
           if (!cache.abandoned()) return false;
           return_magazines(cache);
           retired_leases_ += cache.purger_leases();
-          if constexpr (kCountCalls)
-            for (int device = 0; device < device_count_; ++device) {
-              auto &magazines = cache.purger_magazines(device);
-              counts_[device].fold_in(magazines.gets(), magazines.counts);
-            }
+          fold_counts(cache);
           return true;
         },
         [](Cache &cache) { cache.let_go(); });
@@ -758,6 +750,15 @@ class EventPoolCore {
   }
   void count_destroyed(int device, std::uint64_t count) noexcept {
     if constexpr (kCountCalls) counts_[device].count_destroyed(count);
+  }
+
+  // A cache that is going away (collected, or closed with the pool) hands its counts to counts_.
+  void fold_counts(Cache &cache) noexcept {
+    if constexpr (kCountCalls)
+      for (int device = 0; device < device_count_; ++device) {
+        auto &magazines = cache.purger_magazines(device);
+        counts_[device].fold_in(magazines.gets(), magazines.counts);
+      }
   }
 
   // ---- Checked mode (pool_checks.h) -------------------------------------------------------------
