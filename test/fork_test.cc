@@ -74,6 +74,48 @@ TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
   EXPECT_EQ(backend.created(), created);
 }
 
+// stats() in a child describes the child's pool only (pool_stats.h): every figure starts at 0,
+// although the parent's counts sit in the shared counters, in the forking thread's cache and in
+// a cache of another thread that is alive in the parent; then the child's own calls count.
+TEST(PoolAfterFork, TheChildsStatsStartAtZeroAndCountOnlyItsOwnCalls) {
+  HostBackend backend(2);
+  Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);
+  fill(pool, 0, 5);  // over the limit: creations, destructions, Gets and Puts in this cache
+  fill(pool, 1, 3);
+  HostBackend::Event adopted = pool.Get(1);
+  pool.Put(backend.adopt(adopted.release(), -1), 1);  // an adopted Put
+  std::thread([&] { fill(pool, 0, 2); }).join();  // a cache of an exited thread, not yet collected
+  std::atomic<bool> fork_done{false};
+  std::atomic<bool> other_filled{false};
+  std::thread other([&] {  // a cache of a thread that is alive when the parent forks
+    fill(pool, 1, 2);
+    other_filled.store(true);
+    while (!fork_done.load()) std::this_thread::yield();
+  });
+  while (!other_filled.load()) std::this_thread::yield();
+  ASSERT_GT(pool.stats().total().gets, 0u);
+
+  const int failures = in_child([&] {
+    int bits = 0;
+    const DeviceStats before = pool.stats().total();
+    if (before.created != 0 || before.destroyed != 0 || before.gets != 0 || before.puts != 0 ||
+        before.puts_adopted != 0 || before.idle != 0 || before.outstanding != 0 ||
+        before.outstanding_peak_bound != 0)
+      bits |= 1;
+    fill(pool, 0, 1);
+    const DeviceStats after = pool.stats().devices[0];
+    if (after.created != 1 || after.gets != 1 || after.gets_missed != 1 || after.puts != 1 ||
+        after.idle != 1 || after.outstanding != 0)
+      bits |= 2;
+    if (pool.stats().devices[1].gets != 0) bits |= 4;
+    return bits;
+  });
+  fork_done.store(true);
+  other.join();
+  EXPECT_EQ(failures, 0) << "bit 1: the child's stats() started with the parent's figures; 2: its "
+                            "own calls were miscounted; 4: device 1 counted calls nobody made";
+}
+
 TEST(PoolAfterFork, ManyThreadsOfTheChildForgetTheParentsEventsExactlyOnce) {
   HostBackend backend(1);
   Pool pool(backend);
