@@ -52,10 +52,7 @@ using test::kCached;
 using test::PolicyName;
 
 template <class Policy>
-class AllocationFailure : public testing::Test {
- protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-};
+using AllocationFailure = test::HostPoolTest<Policy>;
 TYPED_TEST_SUITE(AllocationFailure, BothPolicies, PolicyName);
 
 TYPED_TEST(AllocationFailure, PutThatCannotAllocateANodeThrowsAndTheCallerKeepsItsEvent) {

@@ -18,17 +18,11 @@ using test::BothPolicies;
 using test::PolicyName;
 
 template <class Policy>
-class UniqueLease : public testing::Test {
- protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-};
+using UniqueLease = test::HostPoolTest<Policy>;
 TYPED_TEST_SUITE(UniqueLease, BothPolicies, PolicyName);
 
 template <class Policy>
-class SharedLease : public testing::Test {
- protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-};
+using SharedLease = test::HostPoolTest<Policy>;
 TYPED_TEST_SUITE(SharedLease, BothPolicies, PolicyName);
 
 TYPED_TEST(UniqueLease, ReturnsItsEventUnderItsOwnDeviceWhenItDies) {

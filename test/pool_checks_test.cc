@@ -14,6 +14,7 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
@@ -39,12 +40,10 @@ class ScopedCheckedVariable {
 // Gets every idle event of each device, until the pool must create: none may come twice.
 void expect_no_event_idle_twice(Pool &pool, HostBackend &backend, int devices) {
   for (int device = 0; device < devices; ++device) {
-    std::vector<Event> got;
+    std::vector<Event> got = testing_support::get_until_a_miss(pool, backend, device);
     std::set<Token> distinct;
-    for (const std::uint64_t created = backend.created(); backend.created() == created;) {
-      got.push_back(pool.Get(device));
-      EXPECT_TRUE(distinct.insert(got.back().get()).second) << "event handed out twice";
-    }
+    for (const Event &event : got)
+      EXPECT_TRUE(distinct.insert(event.get()).second) << "event handed out twice";
     for (Event &event : got) pool.Put(std::move(event));
   }
 }

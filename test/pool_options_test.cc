@@ -23,10 +23,7 @@ using test::kPerThreadCacheBound;
 using test::PolicyName;
 
 template <class Policy>
-class PoolOptions : public testing::Test {
- protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-};
+using PoolOptions = test::HostPoolTest<Policy>;
 TYPED_TEST_SUITE(PoolOptions, BothPolicies, PolicyName);
 
 TYPED_TEST(PoolOptions, ReserveCreatesEventsSoThatTheFirstGetsHit) {

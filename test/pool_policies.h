@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
 
 namespace evpool::test {
@@ -28,6 +30,14 @@ struct PolicyName {
   static std::string GetName(int) {
     return kCached<Policy> ? "Cached" : "Uncached";
   }
+};
+
+/// The fixture of typed tests that need nothing but the pool type on the host backend:
+/// `template <class Policy> using MySuite = test::HostPoolTest<Policy>;`
+template <class Policy>
+class HostPoolTest : public ::testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostBackend, Policy>;
 };
 
 inline std::string policy_suffix(bool cached) { return cached ? "_cached" : "_uncached"; }

@@ -14,6 +14,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
@@ -24,25 +25,15 @@ using test::kCached;
 using test::PolicyName;
 
 template <class Policy>
-class PoolStatsTest : public testing::Test {
- protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-};
+using PoolStatsTest = test::HostPoolTest<Policy>;
 TYPED_TEST_SUITE(PoolStatsTest, BothPolicies, PolicyName);
 
-// Gets from `device` as long as they hit (the backend creates nothing); returns how many did,
-// and puts them all back. This is how many events the pool really held idle there.
+// How many events the pool really held idle on `device`; puts them back (and the one created).
 template <class Pool>
-std::uint64_t drain_counting_hits(Pool &pool, HostBackend &backend, int device) {
-  std::vector<Event> got;
-  for (;;) {
-    const std::uint64_t created = backend.created();
-    got.push_back(pool.Get(device));
-    if (backend.created() != created) break;
-  }
-  const std::uint64_t hits = got.size() - 1;
+std::uint64_t count_idle_from_outside(Pool &pool, HostBackend &backend, int device) {
+  std::vector<Event> got = testing_support::get_until_a_miss(pool, backend, device);
   for (Event &event : got) pool.Put(std::move(event));
-  return hits;
+  return got.size() - 1;
 }
 
 TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
@@ -90,7 +81,7 @@ TYPED_TEST(PoolStatsTest, PurgeAndTheIdleLimitCountWhatTheyDestroy) {
   DeviceStats figures = pool.stats().devices[0];
   EXPECT_EQ(figures.destroyed, backend.destroyed());
   EXPECT_GT(figures.destroyed, 0u) << "the idle limit destroyed some";
-  EXPECT_EQ(figures.idle, drain_counting_hits(pool, backend, 0));
+  EXPECT_EQ(figures.idle, count_idle_from_outside(pool, backend, 0));
 
   pool.Purge();
   figures = pool.stats().devices[0];
@@ -243,7 +234,7 @@ TYPED_TEST(PoolStatsTest, ExactOnceThreadsStopAfterAStorm) {
   EXPECT_EQ(total.outstanding, outstanding.load());
   EXPECT_GE(static_cast<std::int64_t>(total.outstanding_peak_bound), peak.load());
   for (int device = 0; device < 2; ++device) {
-    EXPECT_EQ(stats.devices[static_cast<std::size_t>(device)].idle, drain_counting_hits(pool, backend, device))
+    EXPECT_EQ(stats.devices[static_cast<std::size_t>(device)].idle, count_idle_from_outside(pool, backend, device))
         << "device " << device;
   }
   for (std::vector<Event> &held : kept)

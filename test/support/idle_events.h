@@ -1,0 +1,23 @@
+// evpool test support: reading what a pool really holds idle from outside it. A Get that finds
+// an idle event creates nothing, so Gets until the backend must create one take every idle event
+// of the device, whatever the pool's counters say. Private; tests only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "evpool/host_backend.h"
+
+namespace evpool::testing_support {
+
+/// The events `pool` held idle for `device` (every one of them, if no other thread calls the pool
+/// meanwhile), followed by the one it had to create. The caller puts them back.
+template <class Pool>
+std::vector<HostBackend::Event> get_until_a_miss(Pool &pool, HostBackend &backend, int device) {
+  std::vector<HostBackend::Event> got;
+  for (const std::uint64_t created = backend.created(); backend.created() == created;)
+    got.push_back(pool.Get(device));
+  return got;
+}
+
+}  // namespace evpool::testing_support
