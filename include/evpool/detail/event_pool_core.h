@@ -162,9 +162,21 @@ class EventPoolCore {
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
     if (!event) [[unlikely]]
       throw_empty_put();
+    // A bare handle wrapped by the caller is adopted: counted apart, out of line, so that the
+    // inlined Put of the pool's own events neither tests nor keeps the flag (with counting on,
+    // keeping it live across the cache's code cost a spilled register in the benchmark's loop).
+    if (event.device_id() == -1) [[unlikely]]
+      return put_adopted(std::move(event), device_id);
+    accept(std::move(event), device_id, /*adopted=*/false);
+  }
+
+  [[gnu::noinline]] void put_adopted(event_type &&event, int device_id) {
+    accept(std::move(event), device_id, /*adopted=*/true);
+  }
+
+  [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
     forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
-    const bool adopted = event.device_id() == -1;  // a bare handle wrapped by the caller
     bool kept;
     try {
       kept = keep(event.get(), device, adopted);
