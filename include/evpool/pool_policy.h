@@ -28,7 +28,7 @@
 namespace evpool {
 
 /// The production configuration: std::atomic, a 40-bit ABA tag, exponential backoff, per-thread
-/// caches of 32-event magazines.
+/// caches of 32-event magazines, depots of 8 stripes.
 struct DefaultPoolPolicy {
   template <class T>
   using atomic = std::atomic<T>;
@@ -40,6 +40,11 @@ struct DefaultPoolPolicy {
   /// Events per magazine of the per-thread caches (see detail/thread_cache.h); 0: no caches, every
   /// Get and Put goes to the shared per-device stacks.
   static constexpr unsigned cache_capacity = 32;
+
+  /// Pairs of stack heads per device depot (a power of two; see detail/depot.h): threads that
+  /// trade magazines with the depot are spread over them. More stripes spread more threads; a
+  /// Get that finds the depot empty looks at every one before creating an event.
+  static constexpr unsigned depot_stripes = 8;
 
   /// Whether the pool counts what it does, for stats() (pool_stats.h): a plain increment per call
   /// on a line the calling thread writes anyway, and shared counters only off the fast path.
@@ -75,6 +80,7 @@ struct DefaultPoolPolicy {
 template <class Base = DefaultPoolPolicy>
 struct NoCachePolicy : Base {
   static constexpr unsigned cache_capacity = 0;
+  static constexpr unsigned depot_stripes = 1;  // exactly the pool before the caches
 };
 
 /// Same as `Base`, but without counters: no stats(). To measure what the counters cost.

@@ -28,6 +28,9 @@ struct DeterministicPolicy : Base {
   using atomic = DeterministicAtomic<T>;
   static constexpr unsigned tag_bits = TagBits;
   using backoff = detail::NoBackoff;
+  // Two stripes at most: enough to take the striped paths (a take that finds its first stripe
+  // empty and moves on), few enough to keep the schedules countable.
+  static constexpr unsigned depot_stripes = Base::depot_stripes < 2 ? Base::depot_stripes : 2;
   // A thread that waits for another (the registry lock, a call in progress) lets another run.
   static void spin_wait() noexcept { DeterministicScheduler::yield_to_others(); }
   // A corrupted depot is a finding to count, not a reason to abort the whole suite.

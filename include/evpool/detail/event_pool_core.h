@@ -351,7 +351,7 @@ class EventPoolCore {
       // never wrapped.
       figures.gets_hit = figures.gets - std::min(figures.gets, figures.gets_missed);
       figures.puts_adopted += read(shared.puts_adopted);
-      figures.idle_in_depot = depots_[device].idle();
+      figures.idle_in_depot = depots_[device].idle(max_idle_);
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
       // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
       figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
@@ -723,7 +723,7 @@ class EventPoolCore {
     Chain kept_chain, emptied_chain;
     std::size_t kept = 0;
     // The chain is ours alone since take_all_filled; relaxed reads of `next` are ordered by it.
-    for (std::uint32_t index = depot.take_all_filled(); index != kNilIndex;) {
+    for (std::uint32_t index = depot.take_all_filled(arena_); index != kNilIndex;) {
       Magazine &magazine = arena_[index];
       const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
       const std::size_t room = keep - kept;
