@@ -10,8 +10,8 @@
 // that does goes past about 20 M calls a second however many threads call. So there are two
 // layers, as in a magazine allocator (Bonwick and Adams 2001; illumos kmem.c):
 //
-//   depots_[d]      depot.h: device d's filled and empty magazines, on two tagged Treiber stacks
-//                   (tagged_index_stack.h) over the node arena (node_arena.h)
+//   depots_[d]      depot.h: device d's filled and empty magazines, on stripes of two tagged
+//                   Treiber stacks (tagged_index_stack.h) over the node arena (node_arena.h)
 //   thread caches   thread_cache.h: per thread, per pool, per device, a loaded and a previous
 //                   magazine; found through the thread's directory by pool id
 //                   (thread_cache_directory.h)
