@@ -296,6 +296,7 @@ std::vector<std::string> fork_while_an_operation_is_in_flight(Setup setup, InFli
   std::vector<std::string> failed;
   int stall_at = 1;
   for (;; ++stall_at) {
+    testing_support::restart_depot_stripe_hints();
     HostBackend backend(1);
     SteppedPool pool(backend, HostBackend::kDefaultFlags, kLimit);
     setup(pool);

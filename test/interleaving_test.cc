@@ -170,6 +170,7 @@ class ScenarioRun {
         pool_(std::in_place, backend_, LedgerBackend::kDefaultFlags, scenario.max_idle),
         holdings_(scenario.threads.size()),
         held_on_(static_cast<std::size_t>(scenario.devices), 0) {
+    testing_support::restart_depot_stripe_hints();
     DeterministicScheduler::StepBudget budget;
     std::vector<Event> warm;
     for (int device : scenario.prewarm) warm.push_back(pool_->Get(device));
