@@ -23,6 +23,7 @@
 #include "deterministic/deterministic_scheduler.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "support/depot_stripes.h"
 
 namespace evpool {
 namespace {
@@ -75,12 +76,19 @@ TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
 }
 
 // stats() in a child describes the child's pool only (pool_stats.h): every figure starts at 0,
-// although the parent's counts sit in the shared counters, in the forking thread's cache and in
-// a cache of another thread that is alive in the parent; then the child's own calls count.
+// although the parent's counts sit in the shared counters, in two depot stripes, in the forking
+// thread's cache and in a cache of another thread that is alive in the parent; then the child's
+// own calls count.
 TEST(PoolAfterFork, TheChildsStatsStartAtZeroAndCountOnlyItsOwnCalls) {
+  testing_support::restart_depot_stripe_hints();  // this thread's home stripe 0, the next 1
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);
-  fill(pool, 0, 5);  // over the limit: creations, destructions, Gets and Puts in this cache
+  Pool pool(backend);
+  fill(pool, 0, 5);
+  pool.FlushThreadCache();  // 5 counted into stripe 0
+  // A thread takes them (counted out of stripe 0), creates 3, and its exit flushes all 8 into its
+  // home stripe 1; the Trim destroys 5 and counts them out of stripe 0: the stripes count -5 and 8.
+  std::thread([&] { fill(pool, 0, 8); }).join();
+  pool.Trim(3);
   fill(pool, 1, 3);
   HostBackend::Event adopted = pool.Get(1);
   pool.Put(backend.adopt(adopted.release(), -1), 1);  // an adopted Put

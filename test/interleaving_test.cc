@@ -38,6 +38,7 @@
 #include "deterministic/deterministic_scheduler.h"
 #include "deterministic/ledger_backend.h"
 #include "evpool/basic_event_pool.h"
+#include "support/depot_stripes.h"
 
 namespace evpool {
 namespace {

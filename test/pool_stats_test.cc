@@ -14,6 +14,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/depot_stripes.h"
 #include "support/idle_events.h"
 
 namespace evpool {
@@ -89,6 +90,29 @@ TYPED_TEST(PoolStatsTest, PurgeAndTheIdleLimitCountWhatTheyDestroy) {
   EXPECT_EQ(figures.created, backend.created());
   EXPECT_EQ(figures.destroyed, backend.destroyed());
   EXPECT_EQ(figures.destroyed, figures.created) << "nothing is outstanding";
+}
+
+// The depot's idle count without a limit is kept per stripe (depot.h): a magazine may be counted
+// into one stripe and out of another, so single stripes go below zero and only their sum is the
+// depot's. Here the stripes end at -5 and 8 (the default policy's 8 stripes; one without caches).
+TYPED_TEST(PoolStatsTest, TheDepotsIdleIsTheSumOverItsStripes) {
+  testing_support::restart_depot_stripe_hints();  // this thread's home stripe 0, the next 1
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  std::vector<Event> got;
+  for (int i = 0; i < 5; ++i) got.push_back(pool.Get(0));
+  for (Event &event : got) pool.Put(std::move(event));
+  pool.FlushThreadCache();  // 5 counted into stripe 0
+  std::thread([&] {  // takes the 5 (counted out of stripe 0); its exit flushes 8 into stripe 1
+    std::vector<Event> own;
+    for (int i = 0; i < 8; ++i) own.push_back(pool.Get(0));
+    for (Event &event : own) pool.Put(std::move(event));
+  }).join();
+  pool.Trim(3);  // destroys 5, counted out of this thread's stripe 0
+  const DeviceStats figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.idle_in_depot, 3u);
+  EXPECT_EQ(figures.idle, count_idle_from_outside(pool, backend, 0));
+  EXPECT_EQ(figures.created - figures.destroyed, 3u);
 }
 
 TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {

@@ -14,7 +14,6 @@
 #include "deterministic_atomic.h"
 #include "deterministic_scheduler.h"
 #include "evpool/detail/backoff.h"
-#include "evpool/detail/depot_stripe_hints.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/pool_policy.h"
 
@@ -39,16 +38,6 @@ struct DeterministicPolicy : Base {
     depot_corruptions_reported.fetch_add(1, std::memory_order_relaxed);
   }
 };
-
-/// Makes the depots' choice of stripes repeat from run to run: the round robin of home stripes
-/// starts again and the calling thread (the one that sets a scenario up) forgets its hints.
-/// Call before each run's setup: an exhaustive strategy replays a recorded schedule, and a run
-/// whose threads met other stripes would take other steps (the replay then picks a thread that
-/// has finished, and the scheduler waits forever).
-inline void restart_depot_stripe_hints() noexcept {
-  detail::next_home_stripe.store(0, std::memory_order_relaxed);
-  detail::this_thread_stripe_hints = detail::DepotStripeHints{};
-}
 
 /// Caches whose magazines change hands with the depot within a few operations.
 struct SmallMagazinesPolicy : DefaultPoolPolicy {

@@ -25,8 +25,11 @@
 // two lines were the whole limit. So a depot has Policy::depot_stripes pairs (a power of two),
 // each on its own lines; a thread pushes to its home stripe and takes from the stripe where it
 // last found something first, then from the others in turn (depot_stripe_hints.h). A take fails
-// only after finding every stripe empty, so striping changes who meets whom, not what a Get can
-// find. With one stripe (NoCachePolicy) the depot is exactly the two stacks and the count below.
+// only after finding every stripe empty, each when it looked: the scan is not one snapshot, so a
+// magazine that moves from a stripe not yet looked at to one already looked at is missed, and that
+// Get creates an event (counted as a miss) while the depot holds idle ones. The cost is an event
+// more, never a wrong one. With one stripe (NoCachePolicy) the depot is exactly the two stacks and
+// the count below, and a take fails only if the depot is empty at that instant.
 //
 // Idle limit: with a finite limit, one count of the events the depot holds (with one stripe,
 // beside the filled stack's head: no extra cache line). Events enter only after reserving their
@@ -211,7 +214,9 @@ class Depot {
     std::uint64_t sum = 0;  // wraps back to the depot's count (see the header comment)
     for (std::uint32_t stripe = 0; stripe < kStripes; ++stripe)
       sum += idle_count(limit, stripe).load(std::memory_order_relaxed);
-    return sum;
+    // Read one stripe after another while magazines move, a count taken out of one stripe may be
+    // seen without its count into another: the sum can then fall below zero. Clamped, not wrapped.
+    return static_cast<std::int64_t>(sum) < 0 ? 0 : sum;
   }
 
   /// Forgets everything (a fork() child's view of its parent's events): no event is destroyed.
