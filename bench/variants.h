@@ -87,11 +87,11 @@ class SharedPool : public CountedVariant<Backend> {
 
 template <class B> using EvpoolPool = BasicEventPool<B>;
 template <class B> using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
-template <class B> using EvpoolNoBackoffPool = BasicEventPool<B, NoBackoffPolicy<>>;
+template <class B> using EvpoolBackoffPool = BasicEventPool<B, ExponentialBackoffPolicy<>>;
 template <class B> using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
 template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
 template <class B> using SharedEvpoolNoCache = SharedPool<EvpoolNoCachePool, B>;
-template <class B> using SharedEvpoolNoBackoff = SharedPool<EvpoolNoBackoffPool, B>;
+template <class B> using SharedEvpoolBackoff = SharedPool<EvpoolBackoffPool, B>;
 template <class B> using SharedEvpoolNoStats = SharedPool<EvpoolNoStatsPool, B>;
 template <class B> using SharedSpinlock = SharedPool<competitors::SpinlockEventPool, B>;
 template <class B> using SharedMutex = SharedPool<competitors::MutexEventPool, B>;
@@ -232,8 +232,8 @@ using AllVariants = VariantList<
     Variant<"evpool", kEvpool, SharedEvpool>,
     // no per-thread cache: every Get and Put on the shared stacks
     Variant<"evpool-nocache", kEvpoolPolicies, SharedEvpoolNoCache>,
-    // failed compare-exchanges retried at once: the plain Treiber stack
-    Variant<"evpool-nobackoff", kEvpoolPolicies, SharedEvpoolNoBackoff>,
+    // exponential backoff after a failed compare-exchange of a depot head (the default retries)
+    Variant<"evpool-backoff", kEvpoolPolicies, SharedEvpoolBackoff>,
     // no counters (stats() off): what counting costs
     Variant<"evpool-nostats", kEvpoolPolicies, SharedEvpoolNoStats>,
     // DALI's design, the one evpool replaces: one yielding spinlock over per-device lists

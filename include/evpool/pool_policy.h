@@ -27,15 +27,19 @@
 
 namespace evpool {
 
-/// The production configuration: std::atomic, a 40-bit ABA tag, exponential backoff, per-thread
-/// caches of 32-event magazines, depots of 8 stripes.
+/// The production configuration: std::atomic, a 40-bit ABA tag, no backoff, per-thread caches of
+/// 32-event magazines, depots of 8 stripes.
 struct DefaultPoolPolicy {
   template <class T>
   using atomic = std::atomic<T>;
 
   static constexpr unsigned tag_bits = detail::kMaxTagBits;
 
-  using backoff = detail::ExponentialBackoff<>;
+  /// What a failed compare-exchange of a depot head does before it retries: nothing. With the
+  /// depots in stripes few threads meet on one head, and retrying at once was faster than every
+  /// exponential backoff tried (bench/results/h200-backoff: handoff at 16 and 128 threads, 94
+  /// and 206 M/s against 82 and 170 at best, with 4 to 256 pauses at most; equal elsewhere).
+  using backoff = detail::NoBackoff;
 
   /// Events per magazine of the per-thread caches (see detail/thread_cache.h); 0: no caches, every
   /// Get and Put goes to the shared per-device stacks.
@@ -80,7 +84,10 @@ struct DefaultPoolPolicy {
 template <class Base = DefaultPoolPolicy>
 struct NoCachePolicy : Base {
   static constexpr unsigned cache_capacity = 0;
-  static constexpr unsigned depot_stripes = 1;  // exactly the pool before the caches
+  // Exactly the pool before the caches: one pair of heads that every thread meets on every call,
+  // with exponential backoff.
+  static constexpr unsigned depot_stripes = 1;
+  using backoff = detail::ExponentialBackoff<>;
 };
 
 /// Same as `Base`, but without counters: no stats(). To measure what the counters cost.
@@ -93,6 +100,13 @@ struct NoStatsPolicy : Base {
 template <class Base = DefaultPoolPolicy>
 struct NoBackoffPolicy : Base {
   using backoff = detail::NoBackoff;
+};
+
+/// Same as `Base`, but waiting 1, 2, 4, ... up to 256 pause instructions after each failed
+/// compare-exchange of one operation (detail/backoff.h).
+template <class Base = DefaultPoolPolicy>
+struct ExponentialBackoffPolicy : Base {
+  using backoff = detail::ExponentialBackoff<>;
 };
 
 /// Same as `Base`, but with a `Bits`-wide ABA tag. For tests that demonstrate ABA; never use a
