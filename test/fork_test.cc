@@ -24,12 +24,14 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "support/depot_stripes.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
 
 using Pool = BasicEventPool<HostBackend>;
 using testing_support::DeterministicScheduler;
+using testing_support::fill;
 using testing_support::StallStrategy;
 
 // Runs `child` in a fork() child and returns its exit status (the child's bit mask of failures).
@@ -40,13 +42,6 @@ int in_child(Child child) {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-template <class AnyPool>
-void fill(AnyPool &pool, int device, int count) {
-  std::vector<HostBackend::Event> events;
-  for (int i = 0; i < count; ++i) events.push_back(pool.Get(device));
-  for (auto &event : events) pool.Put(std::move(event));
 }
 
 TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {

@@ -99,15 +99,10 @@ TYPED_TEST(PoolStatsTest, TheDepotsIdleIsTheSumOverItsStripes) {
   testing_support::restart_depot_stripe_hints();  // this thread's home stripe 0, the next 1
   HostBackend backend(1);
   typename TestFixture::Pool pool(backend);
-  std::vector<Event> got;
-  for (int i = 0; i < 5; ++i) got.push_back(pool.Get(0));
-  for (Event &event : got) pool.Put(std::move(event));
+  testing_support::fill(pool, 0, 5);
   pool.FlushThreadCache();  // 5 counted into stripe 0
-  std::thread([&] {  // takes the 5 (counted out of stripe 0); its exit flushes 8 into stripe 1
-    std::vector<Event> own;
-    for (int i = 0; i < 8; ++i) own.push_back(pool.Get(0));
-    for (Event &event : own) pool.Put(std::move(event));
-  }).join();
+  // A thread takes the 5 (counted out of stripe 0); its exit flushes 8 into stripe 1.
+  std::thread([&] { testing_support::fill(pool, 0, 8); }).join();
   pool.Trim(3);  // destroys 5, counted out of this thread's stripe 0
   const DeviceStats figures = pool.stats().devices[0];
   EXPECT_EQ(figures.idle_in_depot, 3u);
