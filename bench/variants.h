@@ -89,7 +89,11 @@ template <class B> using EvpoolPool = BasicEventPool<B>;
 template <class B> using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
 template <class B> using EvpoolBackoffPool = BasicEventPool<B, ExponentialBackoffPolicy<>>;
 template <class B> using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
+template <class B> using EvpoolMag32Pool = BasicEventPool<B, FixedMagazinePolicy<32>>;
+template <class B> using EvpoolMag256Pool = BasicEventPool<B, FixedMagazinePolicy<256>>;
 template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
+template <class B> using SharedEvpoolMag32 = SharedPool<EvpoolMag32Pool, B>;
+template <class B> using SharedEvpoolMag256 = SharedPool<EvpoolMag256Pool, B>;
 template <class B> using SharedEvpoolNoCache = SharedPool<EvpoolNoCachePool, B>;
 template <class B> using SharedEvpoolBackoff = SharedPool<EvpoolBackoffPool, B>;
 template <class B> using SharedEvpoolNoStats = SharedPool<EvpoolNoStatsPool, B>;
@@ -234,6 +238,10 @@ using AllVariants = VariantList<
     Variant<"evpool-nocache", kEvpoolPolicies, SharedEvpoolNoCache>,
     // exponential backoff after a failed compare-exchange of a depot head (the default retries)
     Variant<"evpool-backoff", kEvpoolPolicies, SharedEvpoolBackoff>,
+    // magazines that do not grow: always 32 events (the default before magazines grew), or
+    // always 256 (the default's largest)
+    Variant<"evpool-mag32", kEvpoolPolicies, SharedEvpoolMag32>,
+    Variant<"evpool-mag256", kEvpoolPolicies, SharedEvpoolMag256>,
     // no counters (stats() off): what counting costs
     Variant<"evpool-nostats", kEvpoolPolicies, SharedEvpoolNoStats>,
     // DALI's design, the one evpool replaces: one yielding spinlock over per-device lists

@@ -60,8 +60,8 @@ TYPED_TEST(AllocationFailure, PutThatCannotAllocateANodeThrowsAndTheCallerKeepsI
   typename TestFixture::Pool pool(backend);
   // The first chunk of the arena holds 64 nodes. Without caches a node holds one event, so the
   // 65th Put needs a second chunk. With caches a node is a magazine: the thread's cache keeps two
-  // and hands each further full one to the depot, so 64 nodes hold 64 x capacity events and the
-  // Put after them needs the second chunk.
+  // and hands each further full one to the depot, so 64 nodes hold at most 64 x capacity events
+  // (fewer while the magazines grow), and the Put after them needs the second chunk.
   constexpr std::size_t kPerNode = kCached<TypeParam> ? TypeParam::cache_capacity : 1;
   constexpr std::size_t kFitting = 64 * kPerNode;
   std::vector<Event> events;
@@ -84,8 +84,11 @@ TYPED_TEST(AllocationFailure, PutThatCannotAllocateANodeThrowsAndTheCallerKeepsI
     }
   }
   allocations_until_failure = -1;
-  ASSERT_EQ(put, kFitting) << "the Put that needs a second chunk must be the one that throws";
-  EXPECT_EQ(pool.node_count(), 64u);
+  ASSERT_LT(put, events.size()) << "some Put must need a second chunk";
+  EXPECT_EQ(pool.node_count(), 64u) << "the Put that needs a second chunk must be the first to throw";
+  if constexpr (!kCached<TypeParam>) {
+    EXPECT_EQ(put, kFitting);
+  }
 
   // The pool still works: the same Put now succeeds, and every event comes back out.
   for (; put < events.size(); ++put) pool.Put(std::move(events[put]));

@@ -126,10 +126,6 @@ TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {
   EXPECT_EQ(figures.idle, 2u);
 }
 
-template <unsigned Capacity>
-struct MagazinesOf : DefaultPoolPolicy {
-  static constexpr unsigned cache_capacity = Capacity;
-};
 
 // Magazines rotate through the cache's two slots and the depot (refills, full magazines handed
 // over, a flush, a Trim that swaps the cache's magazines for empty ones): the Gets counted in the
@@ -168,8 +164,8 @@ void expect_gets_survive_rotation() {
 
 TEST(PoolStatsRotation, TheGetsCountedInSlotsMoveWithTheirMagazines) {
   expect_gets_survive_rotation<DefaultPoolPolicy>();
-  expect_gets_survive_rotation<MagazinesOf<2>>();
-  expect_gets_survive_rotation<MagazinesOf<1>>();
+  expect_gets_survive_rotation<FixedMagazinePolicy<2>>();
+  expect_gets_survive_rotation<FixedMagazinePolicy<1>>();
 }
 
 // Threads that are alive but idle still have counts and events in their caches: stats() reads

@@ -41,7 +41,10 @@ struct DeterministicPolicy : Base {
 
 /// Caches whose magazines change hands with the depot within a few operations.
 struct SmallMagazinesPolicy : DefaultPoolPolicy {
+  // Filled to 1 at first, to 2 after two trades: the schedules cover growth too.
   static constexpr unsigned cache_capacity = 2;
+  static constexpr unsigned cache_start_capacity = 1;
+  static constexpr unsigned cache_growth_trades = 2;
 };
 
 /// Every Get and Put on the shared stacks: what the stack-level scenarios (ABA) are about.

@@ -101,6 +101,12 @@ class EventPoolCore {
 
   static constexpr unsigned kCacheCapacity = Policy::cache_capacity;
   static constexpr bool kCached = kCacheCapacity > 0;
+  // How full a thread's magazines are filled, and how that grows (pool_policy.h, thread_cache.h).
+  static constexpr unsigned kCacheStartCapacity = Policy::cache_start_capacity;
+  static constexpr unsigned kCacheGrowthTrades = Policy::cache_growth_trades;
+  static_assert(!kCached || (kCacheStartCapacity >= 1 && kCacheStartCapacity <= kCacheCapacity),
+                "a policy with caches starts filling its magazines to 1 to cache_capacity events");
+  static_assert(!kCached || kCacheGrowthTrades >= 1, "growth needs at least one trade");
   static constexpr bool kCountCalls = Policy::count_calls;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
 
@@ -246,7 +252,7 @@ class EventPoolCore {
       if (!forget && event) [[likely]] {
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
           auto &magazines = cache->owner_magazines(event.device_id());
-          const bool room = magazines.loaded.has_room();
+          const bool room = magazines.has_room();
           if (room) [[likely]] {
             magazines.loaded.put(event.release());
             cache->owner_count_leases(-1);
@@ -559,6 +565,7 @@ class EventPoolCore {
     DeviceDepot &depot = depots_[device];
     const std::uint32_t filled = depot.take_filled(arena_, max_idle_);
     if (filled == kNilIndex) return false;
+    magazines.count_trade();
     // Both held magazines are empty (or absent): keep one as `previous`, give the other back.
     if (magazines.previous.held()) give_empty_to_depot(magazines.previous, depot);
     const Slot loaded = magazines.previous.handing_gets_to(slot_of(filled));
@@ -569,15 +576,15 @@ class EventPoolCore {
 
   [[gnu::always_inline]] void put_into_cache(Cache &cache, int device, handle_type handle, bool adopted) {
     auto &magazines = cache.owner_magazines(device);
-    if (!magazines.loaded.has_room()) [[unlikely]]
+    if (!magazines.has_room()) [[unlikely]]
       make_room_in_cache(magazines, device);
     magazines.loaded.put(handle);
     magazines.counts.count_put(adopted);
   }
 
-  // Loaded is full (or absent): swap in an empty previous, or hand a full magazine to the depot
-  // (destroying its events over the idle limit) and load an empty one. Throws only before
-  // changing anything (no empty magazine to be had).
+  // Loaded is filled to the cache's fill limit (or absent): swap in an empty previous, or hand a
+  // full magazine to the depot (destroying its events over the idle limit) and load an empty one.
+  // Throws only before changing anything (no empty magazine to be had).
   [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
     if (magazines.previous.held() && magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
@@ -585,6 +592,7 @@ class EventPoolCore {
     }
     DeviceDepot &depot = depots_[device];
     const Slot fresh = slot_of(depot.take_empty(arena_));
+    magazines.count_trade();
     if (!magazines.loaded.held()) {
       magazines.loaded = magazines.loaded.handing_gets_to(fresh);
       return;
@@ -613,6 +621,9 @@ class EventPoolCore {
       for_each_magazine(cache, [&](Slot &slot, int device) {
         if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot, device);
       });
+      // What the thread's flow taught the cache is forgotten with its events: a thread that
+      // still trades often grows its magazines again within a few trades.
+      for (int device = 0; device < cache.device_count(); ++device) cache.purger_magazines(device).restart_growth();
     });
   }
 

@@ -11,6 +11,19 @@
 // magazines absorb it). Every Get and Put from the cache is a load, a store and a compare: no
 // atomic read-modify-write, no full fence.
 //
+// Magazine size. kmem.c grows a cache's magazines when its depot lock is contended, so that busy
+// caches go to the depot less often. Here the cost of a trade is not a lock but the cross-core
+// transfers of the depot's lines (about five per magazine, 680 ns for one producer and consumer
+// pair on the H200 host, contended or not), so what grows a cache's magazines is trading itself:
+// each device's entry starts filling its magazines to Pool::kCacheStartCapacity events and
+// doubles that after every Pool::kCacheGrowthTrades trades, up to the magazines' capacity. A
+// thread whose Gets and Puts balance within two magazines never trades and keeps the small fill,
+// so what it strands stays small; a producer or completion thread of a pipeline, which trades on
+// every magazine, soon fills them whole. Only Put reads the fill limit (Get takes what a magazine
+// holds, however full): one load more, from the line the Put writes anyway. A purger that empties
+// the cache (Purge, Trim) also restarts its growth. A magazine from the depot may be fuller than
+// the taker's limit; so a cache holds at most 2 x Pool::kCacheCapacity events per device.
+//
 // Who may touch a cache. The owner thread, on every call, and a purger (Purge, Trim, the pool's
 // destructor, the collection of an exited thread's cache), rarely, under the pool's registry lock.
 // They exclude each other with two words, Dekker style, the owner's side made cheap by an
@@ -50,14 +63,15 @@
 //   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
 //   [384, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
-//                and the count of adopted Puts), written by the owner on every call; rounded up
-//                to whole lines
+//                the count of adopted Puts, the fill limit and the trades), written by the owner
+//                on every call; rounded up to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
 // fast path finds a device's slots at a constant offset from the cache. Nothing another thread
 // writes often shares a line with what the owner writes.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -72,8 +86,8 @@
 
 namespace evpool::detail {
 
-/// `Pool` provides `Magazine`, `atomic<T>`, `Fence`, `spin_wait()` and
-/// `flush_exiting_cache(ThreadCache &)`.
+/// `Pool` provides `Magazine`, `atomic<T>`, `Fence`, `spin_wait()`, `flush_exiting_cache(ThreadCache &)`,
+/// and the magazine sizes `kCacheCapacity`, `kCacheStartCapacity`, `kCacheGrowthTrades`.
 template <class Pool>
 class ThreadCache final : public ThreadCacheLink {
  public:
@@ -114,9 +128,6 @@ class ThreadCache final : public ThreadCacheLink {
     std::uint64_t gets() const noexcept { return Pool::kCountCalls ? tally >> kCountBits : 0; }
     bool held() const noexcept { return magazine != nullptr; }
     bool empty() const noexcept { return count() == 0; }
-    bool full() const noexcept { return count() == Magazine::kCapacity; }
-    /// Whether put() may be called: a magazine is held and it is not full.
-    bool has_room() const noexcept { return held() && !full(); }
     using Handle = typename Magazine::handle_type;
     [[gnu::always_inline]] Handle take() noexcept {
       tally += kOneGet - 1;
@@ -145,12 +156,31 @@ class ThreadCache final : public ThreadCacheLink {
   };
   static_assert(sizeof(Slot) == 24);
   using CallCounts = std::conditional_t<Pool::kCountCalls, CachedCallCounts, NoCallCounts>;
-  /// A device's magazines, and the adopted Puts it took (call_counts.h), side by side: the owner
-  /// writes both on the same line.
+  /// A device's magazines, the adopted Puts it took (call_counts.h) and how full it fills its
+  /// magazines, side by side: the owner writes them on the same line.
   struct alignas(64) DeviceMagazines {
     Slot loaded, previous;
     [[no_unique_address]] CallCounts counts;
+    /// Puts fill the loaded magazine up to here (a magazine from the depot may hold more, up to
+    /// Pool::kCacheCapacity: it then counts as full). See "Magazine size" above.
+    std::uint32_t fill_limit = Pool::kCacheStartCapacity;
+    std::uint32_t trades = 0;  // since fill_limit last grew
+
     std::uint64_t gets() const noexcept { return loaded.gets() + previous.gets(); }
+    /// Whether a Put may go into the loaded magazine: one is held, filled below the limit.
+    bool has_room() const noexcept { return loaded.held() && loaded.count() < fill_limit; }
+    /// A magazine was traded with the depot: every Pool::kCacheGrowthTrades trades the fill
+    /// limit doubles, up to the magazines' capacity.
+    void count_trade() noexcept {
+      if (++trades < Pool::kCacheGrowthTrades) return;
+      trades = 0;
+      fill_limit = std::min(2 * fill_limit, Pool::kCacheCapacity);
+    }
+    /// The fill limit goes back to where it started (a purger, which has emptied the magazines).
+    void restart_growth() noexcept {
+      fill_limit = Pool::kCacheStartCapacity;
+      trades = 0;
+    }
   };
   static_assert(sizeof(DeviceMagazines) == 64, "a device's entry is half a line: none straddles two");
 
