@@ -45,7 +45,8 @@ class BasicEventPool {
   using shared_lease = SharedEventLease<Core>;
 
   /// An empty pool for the backend's devices, creating events with `event_flags` and keeping at
-  /// most `max_idle_per_device` idle events per device (a Put beyond that destroys the event),
+  /// most `max_idle_per_device` idle events per device in its depots (a Put beyond that destroys
+  /// the event; each thread's cache holds up to 2 x Policy::cache_capacity more per device),
   /// checking for misuse if `checks` or the environment say so (pool_checks.h).
   /// Throws std::invalid_argument for flags the backend rejects, a limit of 0, or a value of
   /// EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot count its
