@@ -205,10 +205,10 @@ TYPED_TEST(BasicEventPoolTest, NodeCountIsThePeakOfIdleEventsOrOfMagazines) {
 
 TYPED_TEST(BasicEventPoolTest, AThreadsFirstMagazinesHoldTheStartCapacity) {
   // 2 x start + 1 idle events of one device on one thread: the cache's two magazines fill, and
-  // the next Put hands a full one to the depot and loads a third (three trades: too few for the
+  // the next Put hands a full one to the depot and loads a third (one trade: too few for the
   // magazines to grow). Without caches, a node each.
   constexpr std::size_t kStart = TypeParam::cache_start_capacity;
-  static_assert(!kCached<TypeParam> || TypeParam::cache_growth_trades > 3);
+  static_assert(!kCached<TypeParam> || TypeParam::cache_growth_trades > 1);
   const std::size_t count = kCached<TypeParam> ? 2 * kStart + 1 : 5;
   std::vector<Event> events;
   for (std::size_t i = 0; i < count; ++i) events.push_back(this->pool.Get(0));

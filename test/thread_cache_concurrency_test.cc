@@ -427,7 +427,9 @@ TYPED_TEST(ThreadCacheConcurrency, LeasesChangingThreadsAndOutlivingThePoolAndTh
 TYPED_TEST(ThreadCacheConcurrency, TheIdleBoundHoldsWhileThreadsLiveAndIsTheLimitOnceTheyExit) {
   constexpr std::size_t kLimit = 8;
   constexpr int kThreads = 4, kRounds = 6;
-  constexpr std::size_t kLastBurst = 100;  // more than two magazines: the cache must overflow
+  // More than two full magazines: the cache must overflow, and caches that kept everything
+  // would break the bound.
+  constexpr std::size_t kLastBurst = kPerThreadCacheBound<TypeParam> + 100;
   HostBackend backend(1);
   typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
   std::barrier sync(kThreads + 1);

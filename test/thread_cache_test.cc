@@ -269,7 +269,8 @@ TYPED_TEST(ThreadCache, FlushThreadCacheHandsTheCallersEventsToEveryThreadWithin
 // of an empty magazine (here Reserve) file the magazine's old events as filled, and the Gets that
 // follow hand out events that are already held.
 TYPED_TEST(ThreadCache, AMagazineEmptiedInTheCacheReturnsToTheDepotHoldingNoEvent) {
-  constexpr std::size_t kPerMagazine = std::max<std::size_t>(TypeParam::cache_capacity, 1);
+  // Reserve fills magazines to the start capacity (one event a node without caches).
+  constexpr std::size_t kPerMagazine = std::max<std::size_t>(TypeParam::cache_start_capacity, 1);
   HostBackend backend(1);
   typename TestFixture::Pool pool(backend);
   pool.Reserve(0, 3 * kPerMagazine);  // three filled magazines in the depot

@@ -110,9 +110,10 @@ class BasicEventPool {
   void FlushThreadCache() noexcept { core_->FlushThreadCache(); }
 
   /// Creates `count` events on `device` (-1: the current device) and puts them into the device's
-  /// depot, not the caller's cache, so that the first `count` Gets hit on any thread; schedulers
-  /// call it before their first step. A magazine of them that does not fit under the idle limit
-  /// is destroyed again.
+  /// depot, not the caller's cache, in magazines of Policy::cache_start_capacity events (a thread's
+  /// cache takes one at a time), so that the first Gets of every thread hit while they last;
+  /// schedulers call it before their first step. A magazine of them that does not fit under the
+  /// idle limit is destroyed again.
   /// Thread-safe; blocks in the backend's create. Throws what Get and Put throw; the events
   /// reserved before a failure stay in the pool.
   void Reserve(int device, std::size_t count) { core_->Reserve(device, count); }

@@ -44,15 +44,18 @@ struct DefaultPoolPolicy {
 
   /// The most events a magazine of the per-thread caches holds (see detail/thread_cache.h); 0: no
   /// caches, every Get and Put goes to the shared per-device stacks. A thread's cache holds at
-  /// most two magazines per device: 2 x cache_capacity idle events.
+  /// most two magazines per device: 2 x cache_capacity idle events. A magazine node takes
+  /// 8 + cache_capacity x sizeof(handle) bytes, rounded up to 128 (2,176 with CUDA's handles).
   static constexpr unsigned cache_capacity = 256;
 
-  /// How full a thread fills its magazines at first, and how that grows: after every
+  /// How full a thread's Puts fill its magazines at first, and how that grows: after every
   /// `cache_growth_trades` trades of a magazine with the depot it doubles, up to cache_capacity,
-  /// until the next Purge or Trim. A thread whose Gets and Puts balance never trades and keeps
-  /// filling to 32; one that only gets or only puts (a pipeline's producer or completion thread)
-  /// reaches 256 after 12 trades, and then trades once per 256 events instead of once per 32
-  /// (bench/results/h200-magazines: handoff at 16 threads, 96 M/s with 32, 572 with 256).
+  /// until the next Purge or Trim (detail/thread_cache.h, "Magazine size"). A thread whose Gets and
+  /// Puts balance never trades and keeps filling to 32; a pipeline's completion thread, which only
+  /// puts, reaches 256 after 12 trades and then hands over a magazine per 256 events instead of
+  /// per 32, and its producers take them as full (bench/results/h200-magazines: handoff at 16
+  /// threads, 96 M/s with 32, 572 with 256). A policy that sets cache_capacity alone keeps this
+  /// start of 32; FixedMagazinePolicy fixes both.
   static constexpr unsigned cache_start_capacity = 32;
   static constexpr unsigned cache_growth_trades = 4;
 

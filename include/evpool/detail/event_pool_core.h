@@ -107,6 +107,7 @@ class EventPoolCore {
   static_assert(!kCached || (kCacheStartCapacity >= 1 && kCacheStartCapacity <= kCacheCapacity),
                 "a policy with caches starts filling its magazines to 1 to cache_capacity events");
   static_assert(!kCached || kCacheGrowthTrades >= 1, "growth needs at least one trade");
+  static constexpr std::uint32_t kReserveFill = kCached ? kCacheStartCapacity : 1;
   static constexpr bool kCountCalls = Policy::count_calls;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
 
@@ -202,12 +203,14 @@ class EventPoolCore {
     forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Reserve");
     DeviceDepot &depot = depots_[device];
-    // Straight into the depot, in full magazines: every thread's first Gets hit.
+    // Straight into the depot, in magazines filled to what a thread's cache starts with (not to
+    // their capacity, which one thread's first Get would take whole): every thread's first Gets
+    // hit.
     while (count > 0) {
       const std::uint32_t index = depot.take_empty(arena_);
       Magazine &magazine = arena_[index];
       try {
-        for (; count > 0 && !magazine.full(); --count) {
+        for (; count > 0 && magazine.count < kReserveFill; --count) {
           magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
           count_created(device);
           if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count - 1]);
@@ -592,16 +595,19 @@ class EventPoolCore {
     }
     DeviceDepot &depot = depots_[device];
     const Slot fresh = slot_of(depot.take_empty(arena_));
-    magazines.count_trade();
     if (!magazines.loaded.held()) {
       magazines.loaded = magazines.loaded.handing_gets_to(fresh);
       return;
     }
-    if (magazines.previous.held() && !hand_to_depot(magazines.previous, depot)) {
-      // Nothing fits under the idle limit: the previous magazine, now emptied, is reused.
-      depot.give_empty(fresh.index, arena_);
-      std::swap(magazines.loaded, magazines.previous);
-      return;
+    if (magazines.previous.held()) {
+      if (!hand_to_depot(magazines.previous, depot)) {
+        // Nothing fits under the idle limit: the previous magazine, now emptied, is reused. Not
+        // a trade: a thread that feeds a full depot must not grow what it destroys at a time.
+        depot.give_empty(fresh.index, arena_);
+        std::swap(magazines.loaded, magazines.previous);
+        return;
+      }
+      magazines.count_trade();
     }
     const Slot loaded = magazines.previous.handing_gets_to(fresh);
     magazines.previous = magazines.loaded;

@@ -17,12 +17,17 @@
 // pair on the H200 host, contended or not), so what grows a cache's magazines is trading itself:
 // each device's entry starts filling its magazines to Pool::kCacheStartCapacity events and
 // doubles that after every Pool::kCacheGrowthTrades trades, up to the magazines' capacity. A
-// thread whose Gets and Puts balance within two magazines never trades and keeps the small fill,
-// so what it strands stays small; a producer or completion thread of a pipeline, which trades on
-// every magazine, soon fills them whole. Only Put reads the fill limit (Get takes what a magazine
-// holds, however full): one load more, from the line the Put writes anyway. A purger that empties
-// the cache (Purge, Trim) also restarts its growth. A magazine from the depot may be fuller than
-// the taker's limit; so a cache holds at most 2 x Pool::kCacheCapacity events per device.
+// trade is a magazine with events crossing between the cache and the depot: a filled one taken
+// (a Get that found both magazines empty) or handed over (a Put that found both full, and the
+// depot took some of its events; one whose events the idle limit destroyed all is not a trade, so
+// that a thread feeding a full depot does not grow what it destroys at a time). A thread whose
+// Gets and Puts balance within two magazines never trades, and its own Puts fill to the start; a
+// completion thread of a pipeline, which hands over every magazine it fills, soon fills them
+// whole. The fill limit rules Puts only: a Get takes what a magazine holds, and a magazine taken
+// from the depot comes as full as its giver made it (up to the capacity; Reserve fills to the
+// start), so a cache holds at most 2 x Pool::kCacheCapacity events per device. Reading the limit
+// costs a Put one load, from the line it writes anyway. A purger that empties the cache (Purge,
+// Trim) also restarts its growth.
 //
 // Who may touch a cache. The owner thread, on every call, and a purger (Purge, Trim, the pool's
 // destructor, the collection of an exited thread's cache), rarely, under the pool's registry lock.
