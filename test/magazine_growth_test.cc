@@ -18,6 +18,7 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
@@ -34,18 +35,17 @@ constexpr std::size_t kTradesToGrow =
 static_assert(kStart < kCapacity && std::has_single_bit(kCapacity / kStart));
 static_assert(Policy::cache_growth_trades == 4, "the trade counts below are worked out for 4");
 
-// Gets `count` events on this thread and puts them all back.
-void get_and_put(Pool &pool, std::size_t count) {
+// Gets `count` events of device 0 on this thread and holds them.
+std::vector<Event> get(Pool &pool, std::size_t count) {
   std::vector<Event> events;
   for (std::size_t i = 0; i < count; ++i) events.push_back(pool.Get(0));
-  for (Event &event : events) pool.Put(std::move(event));
-}
-
-std::vector<Event> get_three_magazines_of_start(Pool &pool) {
-  std::vector<Event> events;
-  for (std::size_t i = 0; i < 3 * kStart; ++i) events.push_back(pool.Get(0));
   return events;
 }
+
+// Gets `count` events on this thread and puts them all back.
+void get_and_put(Pool &pool, std::size_t count) { testing_support::fill(pool, 0, static_cast<int>(count)); }
+
+std::vector<Event> get_three_magazines_of_start(Pool &pool) { return get(pool, 3 * kStart); }
 
 // Puts back 3 x start events into a cache with room for them: one that fills to the start keeps
 // two magazines and hands the third's worth to the depot (one trade: too few to grow); one whose
@@ -74,8 +74,7 @@ TEST(MagazineGrowth, AThreadThatOnlyPutsSoonFillsItsMagazinesToTheCapacity) {
 TEST(MagazineGrowth, TheFillDoublesAtTheGrowthTradeExactly) {
   HostBackend backend(1);
   Pool pool(backend);
-  std::vector<Event> held;  // all created before any Put: the Gets trade nothing
-  for (std::size_t i = 0; i < 7 * kStart + 1; ++i) held.push_back(pool.Get(0));
+  std::vector<Event> held = get(pool, 7 * kStart + 1);  // all created first: the Gets trade nothing
   // Puts 1 to 2 x start fill the cache's two magazines; Puts 2, 3, 4 and 5 x start + 1 each hand
   // a magazine of start events to the depot, and the 4th of those trades doubles the fill: the
   // magazine loaded then takes 2 x start events, to Put 7 x start, and the next Put trades again.
@@ -119,16 +118,13 @@ TEST(MagazineGrowth, PurgeStartsTheGrowthOver) {
 TEST(MagazineGrowth, PurgeStartsTheTradeCountOverToo) {
   HostBackend backend(1);
   Pool pool(backend);
-  std::vector<Event> held;  // first, so that getting them trades nothing
-  for (std::size_t i = 0; i < 5 * kStart; ++i) held.push_back(pool.Get(0));
+  std::vector<Event> held = get(pool, 5 * kStart);  // first, so that getting them trades nothing
   get_and_put(pool, 3 * kStart + 1);  // two trades: Puts 2 x start + 1 and 3 x start + 1
   pool.Purge();
   // From a count of 0, Puts 2, 3 and 4 x start + 1 trade (three trades, no growth): the depot
   // gains 3 x start. From a count of 2 the second of them grows the fill to 2 x start, and the
   // rest stays in the cache.
-  const std::uint64_t before = pool.stats().devices[0].idle_in_depot;
-  for (Event &event : held) pool.Put(std::move(event));
-  EXPECT_EQ(pool.stats().devices[0].idle_in_depot - before, 3 * kStart);
+  EXPECT_EQ(depot_gain_from_putting_back(pool, held), 3 * kStart);
 }
 
 TEST(MagazineGrowth, FlushThreadCacheKeepsTheGrowth) {
@@ -144,8 +140,7 @@ TEST(MagazineGrowth, TakingFilledMagazinesFromTheDepotGrowsTheFillToo) {
   HostBackend backend(1);
   Pool pool(backend);
   pool.Reserve(0, 16 * kCapacity);  // magazines of start events
-  std::vector<Event> held;
-  for (std::size_t i = 0; i < 16 * kCapacity; ++i) held.push_back(pool.Get(0));  // 128 trades
+  std::vector<Event> held = get(pool, 16 * kCapacity);  // 128 trades
   ASSERT_EQ(backend.created(), 16 * kCapacity);
   std::vector<Event> some(std::make_move_iterator(held.end() - 3 * kStart), std::make_move_iterator(held.end()));
   EXPECT_EQ(depot_gain_from_putting_back(pool, some), 0u) << "a Get-heavy thread's Puts fill grown magazines";
@@ -196,9 +191,8 @@ TEST(MagazineGrowth, AMagazineFullerThanTheTakersLimitIsNeverOverfilled) {
   HostBackend backend(1);
   Pool pool(backend);
   std::thread(grow_and_exit, std::ref(pool)).join();  // the depot now holds full magazines
-  std::vector<Event> held;
-  held.push_back(pool.Get(0));  // loads a full magazine, capacity - 1 left: over the limit
-  for (std::size_t i = 0; i < 3 * kCapacity; ++i) held.push_back(pool.Get(0));
+  // The first Get loads a full magazine, capacity - 1 left: over this thread's fill limit.
+  std::vector<Event> held = get(pool, 3 * kCapacity + 1);
   for (Event &event : held) pool.Put(std::move(event));
   const std::uint64_t created = backend.created();
   std::set<HostBackend::handle_type> tokens;

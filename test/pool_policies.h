@@ -1,7 +1,7 @@
 // The two configurations every pool test runs under: per-thread caches on (DefaultPoolPolicy,
-// magazines filled to 32 events, growing to 256) and off (NoCachePolicy<>, the plain lock-free pool). Typed tests take
-// BothPolicies with PolicyName; value-parameterised ones carry a `cached` flag and call
-// with_policy.
+// magazines filled to 32 events, growing to 256) and off (NoCachePolicy<>, the plain lock-free
+// pool). Typed tests take BothPolicies with PolicyName; value-parameterised ones carry a `cached`
+// flag and call with_policy.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -126,7 +126,6 @@ TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {
   EXPECT_EQ(figures.idle, 2u);
 }
 
-
 // Magazines rotate through the cache's two slots and the depot (refills, full magazines handed
 // over, a flush, a Trim that swaps the cache's magazines for empty ones): the Gets counted in the
 // slots must move with them. One event per magazine or two make every call rotate.

@@ -76,7 +76,6 @@ struct alignas(kFalseSharingRange) Magazine {
   std::uint32_t count = 0;
   Handle handles[Capacity] = {};
 
-  bool full() const noexcept { return count == Capacity; }
   bool empty() const noexcept { return count == 0; }
 };
 
