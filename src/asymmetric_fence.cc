@@ -10,8 +10,6 @@
 
 namespace evpool::detail {
 
-std::atomic<bool> owners_fence_fully{true};
-
 namespace {
 
 int membarrier(int command) noexcept { return static_cast<int>(syscall(SYS_membarrier, command, 0, 0)); }
@@ -27,11 +25,7 @@ bool register_private_expedited() noexcept {
 bool asymmetric_fence_available() noexcept {
   // A function-local static: computed once, thread-safe, and inherited by fork() children, as the
   // kernel's registration is.
-  static const bool available = [] {
-    const bool registered = register_private_expedited();
-    if (registered) owners_fence_fully.store(false, std::memory_order_relaxed);
-    return registered;
-  }();
+  static const bool available = register_private_expedited();
   return available;
 }
 

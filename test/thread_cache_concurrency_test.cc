@@ -1,4 +1,5 @@
-// The per-thread caches under concurrency, through HostBackend, with caches on and off: threads
+// The per-thread caches under concurrency, through HostBackend, with caches on, off, and on as
+// where membarrier is refused (the owners' fenced path, test/pool_policies.h): threads
 // that exit holding cached events, a pool destroyed while threads with caches for it are parked,
 // Purge racing Gets and Puts while other threads sleep on full caches, leases that change threads,
 // outlive their pool and outlive the threads that began them, and the idle bound.
@@ -33,7 +34,7 @@ namespace {
 
 using Event = HostBackend::Event;
 using Token = HostBackend::handle_type;
-using test::BothPolicies;
+using test::CachePolicies;
 using test::kCached;
 using test::kPerThreadCacheBound;
 using test::PolicyName;
@@ -45,7 +46,7 @@ class ThreadCacheConcurrency : public testing::Test {
   using Pool = BasicEventPool<HostBackend, Policy>;
   using TrackedPool = BasicEventPool<TrackedBackend, Policy>;
 };
-TYPED_TEST_SUITE(ThreadCacheConcurrency, BothPolicies, PolicyName);
+TYPED_TEST_SUITE(ThreadCacheConcurrency, CachePolicies, PolicyName);
 
 // Gets `count` events of `device`, then puts them back in a shuffled order.
 template <class Pool>

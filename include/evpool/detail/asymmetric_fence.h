@@ -24,8 +24,10 @@
 // documentation; it needs Linux 4.14 or later and a one-time registration per process (kept across
 // fork()).
 //
-// Where membarrier is missing (an old kernel, a seccomp filter that refuses it), owners fall back
-// to a full fence: the first pool constructed finds out, once per process.
+// Where membarrier is missing (an old kernel, a seccomp filter that refuses it), owners must fence
+// fully. The first cache of the process finds out, once; the owner learns it without a test of its
+// own: a cache's "open" state is then kOpenFenced rather than kOpen, so the owner's one compare of
+// its bypass word fails and its slow path fences and looks again (thread_cache.h).
 //
 // ThreadSanitizer models neither membarrier nor std::atomic_thread_fence. A TSan build therefore
 // uses SymmetricFence (chosen by the pool policy): the owner's announcement is a seq_cst exchange
@@ -43,30 +45,25 @@ namespace evpool::detail {
 /// Thread-safe; the answer is computed once per process.
 EVPOOL_API bool asymmetric_fence_available() noexcept;
 
-/// True until asymmetric_fence_available() has found membarrier working: owners then need only a
-/// compiler barrier. Written once, from true to false, before the first cache exists; a stale
-/// `true` only makes an owner fence more than it must.
-EVPOOL_API extern std::atomic<bool> owners_fence_fully;
-
 /// The heavy side: after it returns, every store made by any thread of this process before that
 /// thread's last compiler barrier is visible to the caller, or that thread's later loads see the
 /// caller's earlier stores. A full fence when asymmetric_fence_available() is false.
 EVPOOL_API void heavy_fence() noexcept;
+
+// Each fence is a policy (pool_policy.h) of three members: `announce(busy)`, the owner's store and
+// its half of the pair; `purger_fence()`, the purger's half; `owners_fence_fully()`, whether the
+// owner must follow announce() with a full fence after all (then the cache makes it, on its slow
+// path). Thread-safe, and lock-free.
 
 /// The production pair: a compiler barrier for owners, membarrier for purgers.
 struct AsymmetricFence {
   template <class Atomic>
   [[gnu::always_inline]] static void announce(Atomic &busy) noexcept {
     busy.store(1, std::memory_order_relaxed);
-    // The owner's half of the pair.
-    // Relaxed: a constant after the first pool's construction (see owners_fence_fully).
-    if (owners_fence_fully.load(std::memory_order_relaxed)) [[unlikely]]
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    else
-      std::atomic_signal_fence(std::memory_order_seq_cst);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the owner's half of the pair
   }
   static void purger_fence() noexcept { heavy_fence(); }
-  static bool prepare() noexcept { return asymmetric_fence_available(); }
+  static bool owners_fence_fully() noexcept { return !asymmetric_fence_available(); }
 };
 
 /// The ThreadSanitizer pair: seq_cst on both sides, nothing TSan cannot model.
@@ -76,7 +73,7 @@ struct SymmetricFence {
     busy.exchange(1, std::memory_order_seq_cst);
   }
   static void purger_fence() noexcept {}
-  static bool prepare() noexcept { return false; }
+  static bool owners_fence_fully() noexcept { return false; }
 };
 
 }  // namespace evpool::detail

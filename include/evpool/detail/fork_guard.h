@@ -11,7 +11,9 @@
 // Each pool remembers the generation its events belong to; the hot path compares the two words:
 // a relaxed load of the process word (written only inside fork) and an acquire load of the pool's
 // (written once per fork; acquire so that a thread seeing the new generation also sees the
-// forgetting that preceded it). Both are plain loads on x86 and read lines nobody writes.
+// forgetting that preceded it). Both are plain loads on x86 and read lines nobody writes; the
+// forgetting is a call out of line that the test passes nothing to, so the hot path keeps no
+// closure for it.
 //
 // Forgetting runs once per child, while other threads of the child may already call into the
 // pool: one thread becomes the cleaner with a compare-exchange and the others wait (yielding) until
@@ -50,31 +52,19 @@ class ForkGuard {
  public:
   ForkGuard() noexcept : state_(pack(fork_generation(), kNoCleaner)) {}
 
-  /// Calls `forget()` exactly once in each forked child, before any caller of check() in that
-  /// child proceeds. Thread-safe; lock-free except for the wait while another thread forgets.
-  template <class Forget>
-  [[gnu::always_inline]] void check(Forget &&forget) noexcept {
+  /// Whether this is a fork() child that has not forgotten its parent's events yet: the caller
+  /// must then call forget_once() before it proceeds. Thread-safe, wait-free: two loads.
+  [[gnu::always_inline]] bool stale() const noexcept {
     // Acquire: once we see the current generation, we also see the forgetting that preceded it.
-    const std::uint64_t state = state_.load(std::memory_order_acquire);
-    if (owner_of(state) != fork_generation()) [[unlikely]]
-      forget_once(state, forget);
+    return owner_of(state_.load(std::memory_order_acquire)) != fork_generation();
   }
 
- private:
-  static constexpr std::uint32_t kNoCleaner = 0xFFFF'FFFF;
-
-  static constexpr std::uint64_t pack(std::uint32_t owner, std::uint32_t cleaner) noexcept {
-    return std::uint64_t{owner} << 32 | cleaner;
-  }
-  static constexpr std::uint32_t owner_of(std::uint64_t state) noexcept {
-    return static_cast<std::uint32_t>(state >> 32);
-  }
-  static constexpr std::uint32_t cleaner_of(std::uint64_t state) noexcept {
-    return static_cast<std::uint32_t>(state);
-  }
-
+  /// Calls `forget()` exactly once in each forked child, before any caller of forget_once() in
+  /// that child returns. Thread-safe; lock-free except for the wait while another thread forgets.
+  /// Call it out of line, behind stale(), so that the fast path keeps no closure for `forget`.
   template <class Forget>
-  [[gnu::noinline]] void forget_once(std::uint64_t state, Forget &forget) noexcept {
+  void forget_once(Forget &&forget) noexcept {
+    std::uint64_t state = state_.load(std::memory_order_acquire);
     const std::uint32_t now = fork_generation();
     for (;;) {
       if (owner_of(state) == now) return;
@@ -92,6 +82,19 @@ class ForkGuard {
       std::this_thread::yield();
       state = state_.load(std::memory_order_acquire);
     }
+  }
+
+ private:
+  static constexpr std::uint32_t kNoCleaner = 0xFFFF'FFFF;
+
+  static constexpr std::uint64_t pack(std::uint32_t owner, std::uint32_t cleaner) noexcept {
+    return std::uint64_t{owner} << 32 | cleaner;
+  }
+  static constexpr std::uint32_t owner_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state >> 32);
+  }
+  static constexpr std::uint32_t cleaner_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state);
   }
 
   std::atomic<std::uint64_t> state_;

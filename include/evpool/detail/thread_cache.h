@@ -39,8 +39,12 @@
 //   light fence (compiler barrier)           heavy fence (membarrier)
 //   if bypass != kOpen: busy = 0, go around  while busy: wait
 //   ... use the magazines ...                ... use the magazines ...
-//   busy = 0 (release)                       bypass = kOpen (release), unless closed
+//   busy = 0 (release)                       bypass = open (release), unless closed
 //
+// "Open" is kOpen where membarrier works. Where it does not (asymmetric_fence.h), it is
+// kOpenFenced: the owner's fast test fails, and its slow path makes the full fence the light one
+// could not stand in for and loads `bypass` again, so the fast path itself never tests for the
+// fallback.
 // Either the owner sees `bypass` and does not touch its magazines (it goes to the depot directly
 // instead, or, for a closed pool, destroys what it returns), or the purger sees `busy` and waits for
 // the owner's current call to end. The waiting is the price: a purger may wait for a thread that is
@@ -101,7 +105,9 @@ class ThreadCache final : public ThreadCacheLink {
   using Atomic = typename Pool::template atomic<T>;
   using Fence = typename Pool::Fence;
 
-  enum Bypass : std::uint32_t { kOpen = 0, kDraining = 1, kClosed = 2 };
+  /// The purger's word. kOpen and kOpenFenced both leave the cache to its owner; which one is the
+  /// process's "open" state is settled once, by Fence::owners_fence_fully().
+  enum Bypass : std::uint32_t { kOpen = 0, kDraining = 1, kClosed = 2, kOpenFenced = 3 };
 
   /// A magazine held by the cache: its address for the fast path, its index for the depot, and
   /// its event count. While the magazine is in the cache, the count lives here and the magazine's
@@ -217,8 +223,19 @@ class ThreadCache final : public ThreadCacheLink {
     Fence::announce(busy_);
     // Seq_cst: the load half of the Dekker pair (plain on x86, ldar on Arm). On the success path
     // it also acquires the purger's release of kOpen, so the owner sees what the purger did.
-    if (bypass_.load(std::memory_order_seq_cst) == kOpen) [[likely]]
+    const std::uint32_t state = bypass_.load(std::memory_order_seq_cst);
+    if (state == kOpen) [[likely]]
       return true;
+    return owner_enter_fenced(state);
+  }
+  /// owner_enter found the cache not kOpen: with no asymmetric fence, a full one, then the test
+  /// again; otherwise (a purger holds the cache) the call goes around it.
+  [[gnu::noinline]] bool owner_enter_fenced(std::uint32_t state) noexcept {
+    if (state == kOpenFenced) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // the owner's half, made in full
+      // Seq_cst, as above; after the fence, this load is the one the pair relies on.
+      if (bypass_.load(std::memory_order_seq_cst) == kOpenFenced) return true;
+    }
     owner_exit();
     return false;
   }
@@ -254,7 +271,7 @@ class ThreadCache final : public ThreadCacheLink {
   std::int64_t purger_leases() const noexcept { return leases_.load(std::memory_order_relaxed); }
 
   /// Step 3: the owner may use its cache again. Release: its next owner_enter sees our changes.
-  void purger_reopen() noexcept { bypass_.store(kOpen, std::memory_order_release); }
+  void purger_reopen() noexcept { bypass_.store(open_state(), std::memory_order_release); }
 
   /// Whether the owner thread has exited (its last use of the cache happened before).
   bool abandoned() const noexcept { return abandoned_.load(std::memory_order_acquire); }
@@ -267,7 +284,7 @@ class ThreadCache final : public ThreadCacheLink {
     const std::int64_t leases = leases_.load(std::memory_order_relaxed);
     leases_.store(0, std::memory_order_relaxed);
     busy_.store(0, std::memory_order_relaxed);
-    bypass_.store(kOpen, std::memory_order_relaxed);
+    bypass_.store(open_state(), std::memory_order_relaxed);
     return leases;
   }
 
@@ -299,6 +316,8 @@ class ThreadCache final : public ThreadCacheLink {
   ThreadCache(Pool &pool, int devices) : device_count_(devices), pool_(pool) {}
   ~ThreadCache() = default;
 
+  static Bypass open_state() noexcept { return Fence::owners_fence_fully() ? kOpenFenced : kOpen; }
+
   // Rounded up to whole lines, so that the next allocation never shares the table's last line.
   static std::size_t bytes_for(int devices) noexcept {
     const std::size_t bytes = sizeof(ThreadCache) + sizeof(DeviceMagazines) * static_cast<std::size_t>(devices);
@@ -309,7 +328,7 @@ class ThreadCache final : public ThreadCacheLink {
   }
   // Hot: the owner writes busy_ (and leases_) on every call, the purger writes bypass_ rarely.
   alignas(kFalseSharingRange) Atomic<std::uint32_t> busy_{0};
-  Atomic<std::uint32_t> bypass_{kOpen};
+  Atomic<std::uint32_t> bypass_{open_state()};
   Atomic<std::int64_t> leases_{0};
   int device_count_;
   // Cold: written once or twice in the cache's life, or under the registry lock, and outside the
