@@ -182,7 +182,7 @@ class EventPoolCore {
 
   [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
     forget_events_of_parent_process();
-    const int device = adopted ? device_for_put(event, device_id) : device_for_own_put(event, device_id);
+    const int device = device_for_put(event, device_id);
     bool kept;
     try {
       kept = keep(event.get(), device, adopted);
@@ -519,12 +519,8 @@ class EventPoolCore {
 
   [[gnu::always_inline]] Cache *this_thread_cache() noexcept {
     ThreadCacheDirectory &directory = this_thread_caches;
-    if (directory.hint_id == id_) [[likely]] {
-      // A hint that names a pool comes with its cache. Saying so lets the compiler drop the
-      // caller's null test from the hit path.
-      if (directory.hint == nullptr) __builtin_unreachable();
+    if (directory.hint_id == id_) [[likely]]
       return static_cast<Cache *>(directory.hint);
-    }
     return find_or_register_cache();
   }
 
@@ -829,16 +825,6 @@ class EventPoolCore {
   [[gnu::always_inline]] int resolve_device(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
     check_device(device, operation);
-    return device;
-  }
-
-  // The same for an event that records its device (not adopted), in fewer instructions.
-  [[gnu::always_inline]] int device_for_own_put(const event_type &event, int device_id) const {
-    const int recorded = event.device_id();
-    const int device = device_id == -1 ? recorded : device_id;
-    check_device(device, "Put");
-    if (device != recorded) [[unlikely]]
-      throw_contradicting_device(recorded, device_id);
     return device;
   }
 
