@@ -2,8 +2,9 @@
 //
 // Every copy refers to the same event; the last copy to die returns it to its pool. The copies
 // share one small control block (the event and the count), allocated when the lease begins; a copy
-// costs one relaxed increment on that block, which no other lease uses. Like UniqueEventLease it
-// may outlive its BasicEventPool.
+// costs one relaxed increment on that block, which no other lease uses, and dropping a copy one
+// decrement, except for the last, which only reads the count. Like UniqueEventLease it may outlive
+// its BasicEventPool.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +53,7 @@ class SharedEventLease {
   /// fork child, or destroys it if the pool is gone). Never throws.
   void reset() noexcept {
     Block *block = std::exchange(block_, nullptr);
-    // Acq_rel: the last holder returns the event after every other holder's last use of it.
-    if (block == nullptr || block->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (block == nullptr || !drop_reference(*block)) return;
     const bool parents_event = block->fork_generation != detail::fork_generation();
     block->core->end_lease(std::move(block->event), parents_event);
     delete block;
@@ -78,6 +78,18 @@ class SharedEventLease {
   }
 
   explicit SharedEventLease(Block *block) noexcept : block_(block) {}
+
+  // True if the caller held the last reference. A count of 1 read by a holder is final: only a
+  // holder can add a reference, and the caller is the only one, so the last holder of a lease
+  // that was never copied (or whose copies are gone) pays a load instead of a read-modify-write,
+  // as libstdc++'s shared_ptr does.
+  static bool drop_reference(Block &block) noexcept {
+    // Acquire: pairs with the other holders' release below, so the last holder returns the event
+    // after every other holder's last use of it.
+    if (block.references.load(std::memory_order_acquire) == 1) return true;
+    // Acq_rel: release for the last holder's acquire (here or above); acquire if this is it.
+    return block.references.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  }
 
   Block *block_ = nullptr;
 };
