@@ -23,6 +23,7 @@
 #include "deterministic/deterministic_scheduler.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "pool_policies.h"
 #include "support/depot_stripes.h"
 #include "support/idle_events.h"
 
@@ -68,6 +69,21 @@ TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
   HostBackend::Event event = pool.Get(0);
   EXPECT_LE(HostBackend::serial_of(event.get()), created);
   EXPECT_EQ(backend.created(), created);
+}
+
+// Where membarrier is refused, the caches a child forgets reopen in the state that sends their
+// owner through its full fence (thread_cache.h). Fails if forget_in_child reopens them as kOpen.
+TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {
+  using FencedPool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
+  HostBackend backend(1);
+  FencedPool pool(backend);
+  fill(pool, 0, 3);  // this thread's cache is warm when it forks
+  const int failures = in_child([&] {
+    const std::uint64_t before = test::OwnersFenceFully::owner_fences.load();
+    pool.Put(pool.Get(0));
+    return test::OwnersFenceFully::owner_fences.load() - before == 2 ? 0 : 1;  // one per call
+  });
+  EXPECT_EQ(failures, 0) << "the child's Get and Put did not both fence fully";
 }
 
 // stats() in a child describes the child's pool only (pool_stats.h): every figure starts at 0,

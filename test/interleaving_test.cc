@@ -38,6 +38,7 @@
 #include "deterministic/deterministic_scheduler.h"
 #include "deterministic/ledger_backend.h"
 #include "evpool/basic_event_pool.h"
+#include "pool_policies.h"
 #include "support/depot_stripes.h"
 
 namespace evpool {
@@ -409,14 +410,22 @@ void expect_none(const Violations &v) {
 
 // ---------------------------------------------------------------------------------------------
 // The scenarios, under each policy: without caches, and with caches of 2-event magazines, so that
-// the scenarios fill, spill and drain them and trade them with the depot.
+// the scenarios fill, spill and drain them and trade them with the depot; those caches again as
+// where membarrier is refused, so that a Purge may drain and reopen a cache between the two loads
+// of an owner's fenced path.
+struct SmallFencedMagazinesPolicy : SmallMagazinesPolicy {
+  using fence = test::OwnersFenceFully;
+};
 using PoliciesUnderTest = ::testing::Types<DeterministicNoCachePolicy<>,
-                                           DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>>;
+                                           DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>,
+                                           DeterministicPolicy<detail::kMaxTagBits, SmallFencedMagazinesPolicy>>;
 
 struct PolicyNames {
   template <class Policy>
   static std::string GetName(int) {
-    return Policy::cache_capacity == 0 ? "NoCaches" : "CachesOf" + std::to_string(Policy::cache_capacity);
+    if (Policy::cache_capacity == 0) return "NoCaches";
+    const std::string fenced = Policy::fence::owners_fence_fully() ? "FencedFully" : "";
+    return "CachesOf" + std::to_string(Policy::cache_capacity) + fenced;
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -28,19 +29,37 @@ inline constexpr std::size_t kPerThreadCacheBound = std::size_t{2} * Policy::cac
 
 using BothPolicies = ::testing::Types<DefaultPoolPolicy, NoCachePolicy<>>;
 
-/// The default fence, as it behaves where membarrier is refused: every cache's open state is then
-/// kOpenFenced, so each owner_enter takes the fenced path, and the purger fences fully as well.
+/// The default fence as it behaves where membarrier is refused: every cache's open state is then
+/// kOpenFenced, so each owner_enter takes the fenced path, and the pair rests on the owner's full
+/// fence and the purger's, with no membarrier. Under ThreadSanitizer, which models no fence, it
+/// keeps SymmetricFence's exchange and makes each full fence a seq_cst read-modify-write. Counts
+/// the owners' full fences, so that tests can see the fenced path taken.
 struct OwnersFenceFully {
-  using Base = DefaultPoolPolicy::fence;  // SymmetricFence under ThreadSanitizer
+  static inline std::atomic<std::uint64_t> owner_fences{0};
+  static inline std::atomic<std::uint32_t> tsan_fence_word{0};
+  static constexpr bool kUnderTsan = std::is_same_v<DefaultPoolPolicy::fence, detail::SymmetricFence>;
+
   template <class Atomic>
   static void announce(Atomic &busy) noexcept {
-    Base::announce(busy);
+    if constexpr (kUnderTsan)
+      detail::SymmetricFence::announce(busy);
+    else
+      detail::AsymmetricFence::announce(busy);
   }
-  static void purger_fence() noexcept {
-    Base::purger_fence();
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  static void purger_fence() noexcept { full_fence(); }
   static bool owners_fence_fully() noexcept { return true; }
+  static void owner_full_fence() noexcept {
+    full_fence();
+    owner_fences.fetch_add(1, std::memory_order_relaxed);  // after the fence: it orders nothing
+  }
+
+ private:
+  static void full_fence() noexcept {
+    if constexpr (kUnderTsan)
+      tsan_fence_word.fetch_add(1, std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
 };
 struct OwnersFenceFullyPolicy : DefaultPoolPolicy {
   using fence = OwnersFenceFully;

@@ -96,6 +96,28 @@ TYPED_TEST(ThreadCache, AThreadsPutsStayInItsCacheBeforeAndAfterAPurge) {
   EXPECT_EQ(idle_in_caches(), expected) << "the Purge left this thread's cache closed";
 }
 
+// Where membarrier is refused, the owner fences fully on every call: each way a cache opens (its
+// creation, and the reopening after Purge, Trim and stats()) leaves it in the state that sends
+// its owner through the full fence. Fails if any of them opens it as kOpen, or if the fenced path
+// skips the fence.
+TEST(FencedThreadCache, EveryWayACacheOpensMakesItsOwnerFenceFully) {
+  using Pool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
+  HostBackend backend(1);
+  Pool pool(backend);
+  const auto fences_in_a_get_and_a_put = [&] {
+    const std::uint64_t before = test::OwnersFenceFully::owner_fences.load();
+    pool.Put(pool.Get(0));
+    return test::OwnersFenceFully::owner_fences.load() - before;  // one per call
+  };
+  EXPECT_EQ(fences_in_a_get_and_a_put(), 2u) << "a new cache";
+  pool.Purge();
+  EXPECT_EQ(fences_in_a_get_and_a_put(), 2u) << "after Purge";
+  pool.Trim(1);
+  EXPECT_EQ(fences_in_a_get_and_a_put(), 2u) << "after Trim";
+  (void)pool.stats();
+  EXPECT_EQ(fences_in_a_get_and_a_put(), 2u) << "after stats()";
+}
+
 TYPED_TEST(ThreadCache, EventsCachedByAThreadThatExitedAreGotElsewhereWithoutCreating) {
   HostBackend backend(2);
   typename TestFixture::Pool pool(backend);

@@ -80,7 +80,9 @@ struct DefaultPoolPolicy {
   }
 
   /// How a cache's owner and a purger exclude each other: a compiler barrier for the owner and
-  /// membarrier for the purger; under ThreadSanitizer, which models neither, seq_cst on both sides.
+  /// membarrier for the purger (a full fence on each side where the kernel refuses membarrier);
+  /// under ThreadSanitizer, which models neither, seq_cst on both sides. detail/asymmetric_fence.h
+  /// lists what a fence policy provides.
 #if defined(__SANITIZE_THREAD__)
   using fence = detail::SymmetricFence;
 #elif defined(__has_feature)

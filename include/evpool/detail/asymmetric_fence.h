@@ -50,10 +50,11 @@ EVPOOL_API bool asymmetric_fence_available() noexcept;
 /// caller's earlier stores. A full fence when asymmetric_fence_available() is false.
 EVPOOL_API void heavy_fence() noexcept;
 
-// Each fence is a policy (pool_policy.h) of three members: `announce(busy)`, the owner's store and
+// Each fence is a policy (pool_policy.h) of four members: `announce(busy)`, the owner's store and
 // its half of the pair; `purger_fence()`, the purger's half; `owners_fence_fully()`, whether the
-// owner must follow announce() with a full fence after all (then the cache makes it, on its slow
-// path). Thread-safe, and lock-free.
+// owner must follow announce() with `owner_full_fence()` after all (then the cache makes it, on its
+// slow path). All are thread-safe; announce() and owner_full_fence() are lock-free, the other two
+// may block in their first call while the process registers for membarrier.
 
 /// The production pair: a compiler barrier for owners, membarrier for purgers.
 struct AsymmetricFence {
@@ -64,6 +65,7 @@ struct AsymmetricFence {
   }
   static void purger_fence() noexcept { heavy_fence(); }
   static bool owners_fence_fully() noexcept { return !asymmetric_fence_available(); }
+  static void owner_full_fence() noexcept { std::atomic_thread_fence(std::memory_order_seq_cst); }
 };
 
 /// The ThreadSanitizer pair: seq_cst on both sides, nothing TSan cannot model.
@@ -74,6 +76,7 @@ struct SymmetricFence {
   }
   static void purger_fence() noexcept {}
   static bool owners_fence_fully() noexcept { return false; }
+  static void owner_full_fence() noexcept {}  // never needed: announce() is a seq_cst exchange
 };
 
 }  // namespace evpool::detail

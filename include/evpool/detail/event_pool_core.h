@@ -126,6 +126,9 @@ class EventPoolCore {
     if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
       checker_ = std::make_unique<EventChecker<handle_type>>(device_count_);
+    // Only a warm-up: the process registers for membarrier (once; it may wait for the kernel)
+    // here rather than in some thread's first Get.
+    if constexpr (kCached) (void)Fence::owners_fence_fully();
   }
   EventPoolCore(const EventPoolCore &) = delete;
   EventPoolCore &operator=(const EventPoolCore &) = delete;

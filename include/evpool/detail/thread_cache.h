@@ -222,7 +222,8 @@ class ThreadCache final : public ThreadCacheLink {
   [[gnu::always_inline]] bool owner_enter() noexcept {
     Fence::announce(busy_);
     // Seq_cst: the load half of the Dekker pair (plain on x86, ldar on Arm). On the success path
-    // it also acquires the purger's release of kOpen, so the owner sees what the purger did.
+    // it also acquires the purger's release of the open state, so the owner sees what the purger
+    // did.
     const std::uint32_t state = bypass_.load(std::memory_order_seq_cst);
     if (state == kOpen) [[likely]]
       return true;
@@ -232,7 +233,7 @@ class ThreadCache final : public ThreadCacheLink {
   /// again; otherwise (a purger holds the cache) the call goes around it.
   [[gnu::noinline]] bool owner_enter_fenced(std::uint32_t state) noexcept {
     if (state == kOpenFenced) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // the owner's half, made in full
+      Fence::owner_full_fence();  // the owner's half, made in full
       // Seq_cst, as above; after the fence, this load is the one the pair relies on.
       if (bypass_.load(std::memory_order_seq_cst) == kOpenFenced) return true;
     }
