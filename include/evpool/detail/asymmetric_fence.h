@@ -25,7 +25,7 @@
 // fork()).
 //
 // Where membarrier is missing (an old kernel, a seccomp filter that refuses it), owners must fence
-// fully. The first cache of the process finds out, once; the owner learns it without a test of its
+// fully. The first pool with caches finds out, once; the owner learns it without a test of its
 // own: a cache's "open" state is then kOpenFenced rather than kOpen, so the owner's one compare of
 // its bypass word fails and its slow path fences and looks again (thread_cache.h).
 //

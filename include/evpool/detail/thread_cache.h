@@ -45,6 +45,7 @@
 // kOpenFenced: the owner's fast test fails, and its slow path makes the full fence the light one
 // could not stand in for and loads `bypass` again, so the fast path itself never tests for the
 // fallback.
+//
 // Either the owner sees `bypass` and does not touch its magazines (it goes to the depot directly
 // instead, or, for a closed pool, destroys what it returns), or the purger sees `busy` and waits for
 // the owner's current call to end. The waiting is the price: a purger may wait for a thread that is
