@@ -53,6 +53,14 @@ struct OwnersFenceFully {
     owner_fences.fetch_add(1, std::memory_order_relaxed);  // after the fence: it orders nothing
   }
 
+  /// How many owner full fences this thread's `call()` made (no other thread may fence meanwhile).
+  template <class Call>
+  static std::uint64_t fences_during(Call &&call) {
+    const std::uint64_t before = owner_fences.load();
+    call();
+    return owner_fences.load() - before;
+  }
+
  private:
   static void full_fence() noexcept {
     if constexpr (kUnderTsan)

@@ -104,10 +104,8 @@ TEST(FencedThreadCache, EveryWayACacheOpensMakesItsOwnerFenceFully) {
   using Pool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   Pool pool(backend);
-  const auto fences_in_a_get_and_a_put = [&] {
-    const std::uint64_t before = test::OwnersFenceFully::owner_fences.load();
-    pool.Put(pool.Get(0));
-    return test::OwnersFenceFully::owner_fences.load() - before;  // one per call
+  const auto fences_in_a_get_and_a_put = [&] {  // one per call
+    return test::OwnersFenceFully::fences_during([&] { pool.Put(pool.Get(0)); });
   };
   EXPECT_EQ(fences_in_a_get_and_a_put(), 2u) << "a new cache";
   pool.Purge();
