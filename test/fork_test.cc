@@ -71,6 +71,33 @@ TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
   EXPECT_EQ(backend.created(), created);
 }
 
+// The forking thread's cache hint does not survive fork(), so a child's first call misses it and
+// makes the fork check, whichever call it is: here a Put, which with the hint would file the event
+// beside the parent's in the forking thread's warm cache.
+TEST(PoolAfterFork, AChildWhoseFirstCallIsAPutForgetsItsParentsEventsFirst) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  fill(pool, 0, 3);  // the forking thread's cache holds the parent's events
+  const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+
+  const int failures = in_child([&] {
+    int bits = 0;
+    pool.Put(backend.adopt(backend.create(0, 0), 0), 0);
+    HostBackend::Event first = pool.Get(0);
+    if (HostBackend::serial_of(first.get()) <= created) bits |= 1;  // the child's own event
+    HostBackend::Event second = pool.Get(0);
+    if (HostBackend::serial_of(second.get()) <= created) bits |= 2;  // a miss, not a parent's
+    pool.Put(std::move(first));
+    pool.Put(std::move(second));
+    pool.Purge();
+    if (backend.destroyed() != destroyed + 2) bits |= 4;  // only the child's two events
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "bit 1: the child's Get missed its own Put; 2: it handed out a parent "
+                            "event; 4: the child destroyed parent events";
+  EXPECT_EQ(backend.created(), created);
+}
+
 // Where membarrier is refused, the caches a child forgets reopen in the state that sends their
 // owner through its full fence (thread_cache.h). Fails if forget_in_child reopens them as kOpen.
 TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {

@@ -54,7 +54,10 @@
 // failing.
 //
 // After fork() the child must not hand out or destroy its parent's events: the first operation in
-// a child forgets every idle event, in the depots and in every cache (fork_guard.h).
+// a child forgets every idle event, in the depots and in every cache (fork_guard.h). Every path
+// that leaves the cache's fast path makes that check; the fast path needs none, because the child
+// starts with no thread holding a cache hint (thread_cache_directory.h), and only a path that has
+// made the check sets one.
 //
 // Errors leave everything as it was: arguments are checked before anything changes; Put takes
 // ownership of the event only after the last step that can throw (taking an empty magazine); a
@@ -163,7 +166,6 @@ class EventPoolCore {
   // Get and Put are inlined into their callers down to the cache's loaded magazine, so that a hit
   // costs no call; everything past a hit is out of line.
   [[gnu::always_inline]] event_type Get(int device_id) {
-    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Get");
     return backend_.adopt(obtain(device, 0), device);
   }
@@ -184,7 +186,6 @@ class EventPoolCore {
   }
 
   [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
-    forget_events_of_parent_process();
     const int device = device_for_put(event, device_id);
     bool kept;
     try {
@@ -242,7 +243,6 @@ class EventPoolCore {
 
   /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
   [[gnu::always_inline]] event_type begin_lease(int device_id) {
-    forget_events_of_parent_process();
     const int device = resolve_device(device_id, "Lease");
     return backend_.adopt(obtain(device, 1), device);
   }
@@ -252,7 +252,6 @@ class EventPoolCore {
   /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
   /// Inlined down to a cache hit with room in the loaded magazine, as Put.
   [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
-    forget_events_of_parent_process();
     if constexpr (kCached) {
       if (!forget && event) [[likely]] {
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
@@ -272,6 +271,7 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] void end_lease_around_hit(event_type &&event, bool forget) noexcept {
+    forget_events_of_parent_process();
     if (forget) (void)event.release();
     if (!event) {
       count_leases(-1);
@@ -458,6 +458,7 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
+    forget_events_of_parent_process();
     handle_type handle;
     if (!depots_[device].take_one(handle, arena_, max_idle_)) {
       handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
@@ -489,6 +490,7 @@ class EventPoolCore {
 
   // Throws DoublePutError in checked mode for a handle already idle here; then nothing changed.
   [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device, bool adopted) {
+    forget_events_of_parent_process();
     if (checker_) checker_->on_put(device, handle);
     bool kept;
     try {
@@ -527,7 +529,10 @@ class EventPoolCore {
     return find_or_register_cache();
   }
 
+  // The fork check of every call that finds no hint for this pool: a hint does not survive
+  // fork() (thread_cache_directory.h), so a hit is proof that the check was made in this process.
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
+    forget_events_of_parent_process();
     // Acquire: pairs with close(). A lease ending after its pool needs no cache.
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
     if (checker_) return nullptr;  // a checked pool has no caches: every call goes to the checks

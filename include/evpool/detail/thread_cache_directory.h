@@ -10,7 +10,9 @@
 //
 // The fast path is one thread-local compare: the directory remembers the last pool looked up
 // (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
-// reaching it costs no guard and no call (`constinit thread_local`); its cleanup at thread exit is
+// reaching it costs no guard and no call (`constinit thread_local`). It is defined once, in the
+// library (src/thread_cache_directory.cc), so that every shared object of a process reads the same
+// directory as the library's fork handler clears (below); its cleanup at thread exit is
 // the job of a second thread-local object (`ThreadExitFlush`) that is constructed only when the
 // thread registers its first cache. When the thread exits, that object flushes every cache back
 // to its pool and marks the directory torn down; calls made after that (from other thread-local
@@ -19,6 +21,15 @@
 //
 // Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
 // lookup or thread exit drops them; they hold no events.
+//
+// fork(). Only the slow lookup sets a hint, and the slow lookup is where a pool checks whether it
+// runs in a fork() child that has not yet forgotten its parent's events (fork_guard.h). The hint
+// does not survive fork(): the library's pthread_atfork child handler (src/fork_generation.cc),
+// the one that starts the child's fork generation, also clears the hint of the child's only
+// thread, and threads the child starts later begin with none. So a hit on the hint proves that the
+// pool made that check in this process, and Get and Put test nothing for fork on a hit. One handler
+// does both, so no other child handler can run between the two (handlers run in the order they
+// were registered: one registered in between could reach a parent's cache through the hint).
 #pragma once
 
 #include <algorithm>
@@ -58,7 +69,16 @@ struct ThreadCacheDirectory {
   bool torn_down = false;
 };
 
-inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
+/// The calling thread's directory. Defined in the library; constinit, so reading it is a plain
+/// thread-local access with no initialisation guard.
+EVPOOL_API extern constinit thread_local ThreadCacheDirectory this_thread_caches;
+
+/// In a fork() child, run by the library's child handler in the child's only thread: the hint
+/// names a cache of the parent's process.
+inline void forget_hint_in_fork_child() noexcept {
+  this_thread_caches.hint_id = 0;
+  this_thread_caches.hint = nullptr;
+}
 
 /// Flushes this thread's caches when it exits (see the rationale above).
 struct ThreadExitFlush {
