@@ -442,19 +442,37 @@ class EventPoolCore {
   // ---- The two operations, through the cache or around it ---------------------------------------
 
   // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
-  // cache's loaded magazine; everything past it is out of line.
+  // cache's loaded magazine; everything past it is out of line, and each way out is a call in
+  // tail position, so that nothing of the inlined code stays live across a call (in a caller's
+  // loop, that keeps the caller's own values in registers).
   [[gnu::always_inline]] handle_type obtain(int device, int leases) {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        handle_type handle;
-        const bool hit = take_from_cache(*cache, device, handle);
-        if (hit && leases != 0) cache->owner_count_leases(leases);
+        auto &magazines = cache->owner_magazines(device);
+        // An absent magazine's slot counts 0, so one test covers both.
+        if (magazines.loaded.empty()) [[unlikely]]
+          return obtain_refilling(*cache, device, leases);
+        const handle_type handle = magazines.loaded.take();  // counts the Get too (Slot::tally)
+        if (leases != 0) cache->owner_count_leases(leases);
         cache->owner_exit();
-        if (hit) [[likely]]
-          return handle;
+        return handle;
       }
     }
     return obtain_around_cache(device, leases);
+  }
+
+  // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
+  // call and go around the cache.
+  [[gnu::noinline]] handle_type obtain_refilling(Cache &cache, int device, int leases) {
+    auto &magazines = cache.owner_magazines(device);
+    if (!refill_cache(magazines, device)) {
+      cache.owner_exit();
+      return obtain_around_cache(device, leases);
+    }
+    const handle_type handle = magazines.loaded.take();
+    if (leases != 0) cache.owner_count_leases(leases);
+    cache.owner_exit();
+    return handle;
   }
 
   [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
@@ -474,18 +492,31 @@ class EventPoolCore {
   // Files the handle under the device; false if it is over the idle limit (the caller destroys
   // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
   // changed and the caller still owns the handle.
+  // Inline down to a loaded magazine with room, as obtain.
   [[gnu::always_inline]] bool keep(handle_type handle, int device, bool adopted) {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        struct ExitOnReturn {
-          Cache &cache;
-          ~ExitOnReturn() { cache.owner_exit(); }
-        } exit_on_return{*cache};
-        put_into_cache(*cache, device, handle, adopted);
+        auto &magazines = cache->owner_magazines(device);
+        if (!magazines.has_room()) [[unlikely]]
+          return keep_making_room(*cache, device, handle, adopted);
+        magazines.loaded.put(handle);
+        magazines.counts.count_put(adopted);
+        cache->owner_exit();
         return true;
       }
     }
     return keep_around_cache(handle, device, adopted);
+  }
+
+  // Inside the owner's call, the loaded magazine full: make room and file the handle. The call
+  // ends also when making room throws (then nothing changed).
+  [[gnu::noinline]] bool keep_making_room(Cache &cache, int device, handle_type handle, bool adopted) {
+    struct ExitOnReturn {
+      Cache &cache;
+      ~ExitOnReturn() { cache.owner_exit(); }
+    } exit_on_return{cache};
+    put_into_cache(cache, device, handle, adopted);
+    return true;
   }
 
   // Throws DoublePutError in checked mode for a handle already idle here; then nothing changed.
@@ -557,17 +588,8 @@ class EventPoolCore {
     return nullptr;
   }
 
-  [[gnu::always_inline]] bool take_from_cache(Cache &cache, int device, handle_type &handle) noexcept {
-    auto &magazines = cache.owner_magazines(device);
-    // An absent magazine's slot counts 0, so one test covers both.
-    if (magazines.loaded.empty()) [[unlikely]]
-      if (!refill_cache(magazines, device)) return false;
-    handle = magazines.loaded.take();  // counts the Get too (Slot::tally)
-    return true;
-  }
-
   // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.
-  [[gnu::noinline]] bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
+  bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
     if (!magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return true;

@@ -10,14 +10,17 @@
 //
 // The fast path is one thread-local compare: the directory remembers the last pool looked up
 // (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
-// reaching it costs no guard and no call (`constinit thread_local`). It is defined once, in the
-// library (src/thread_cache_directory.cc), so that every shared object of a process reads the same
-// directory as the library's fork handler clears (below); its cleanup at thread exit is
-// the job of a second thread-local object (`ThreadExitFlush`) that is constructed only when the
-// thread registers its first cache. When the thread exits, that object flushes every cache back
-// to its pool and marks the directory torn down; calls made after that (from other thread-local
-// destructors, or during process exit) find `torn_down` and bypass the cache, as snmalloc points a
-// dying thread at an always-miss placeholder.
+// reaching it costs no guard and no call (`constinit thread_local`). It is an inline variable, so
+// that a program reaches it with a plain thread-local access (an executable at a constant offset
+// from the thread pointer), and it has default visibility even in the library's hidden-visibility
+// build, so that every shared object of a process binds to one definition: the one the library's
+// fork handler clears (below).
+//
+// Cleanup at thread exit is the job of a second thread-local object (`ThreadExitFlush`) that is
+// constructed only when the thread registers its first cache. When the thread exits, that object
+// flushes every cache back to its pool and marks the directory torn down; calls made after that
+// (from other thread-local destructors, or during process exit) find `torn_down` and bypass the
+// cache, as snmalloc points a dying thread at an always-miss placeholder.
 //
 // Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
 // lookup or thread exit drops them; they hold no events.
@@ -69,9 +72,8 @@ struct ThreadCacheDirectory {
   bool torn_down = false;
 };
 
-/// The calling thread's directory. Defined in the library; constinit, so reading it is a plain
-/// thread-local access with no initialisation guard.
-EVPOOL_API extern constinit thread_local ThreadCacheDirectory this_thread_caches;
+/// The calling thread's directory: one per thread in the whole process (see the rationale).
+EVPOOL_API inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
 
 /// In a fork() child, run by the library's child handler in the child's only thread: the hint
 /// names a cache of the parent's process.
