@@ -108,6 +108,9 @@ TYPED_TEST(AllocationFailure, AFailedFirstNodeLeavesAnEmptyWorkingPool) {
   EXPECT_THROW(pool.Put(std::move(event)), std::bad_alloc);
   allocations_until_failure = -1;
   EXPECT_TRUE(event);
+  // Purge waits for the call in progress on each cache: it returns only if the failed Put ended
+  // its call on this thread's cache (with nothing idle, it destroys nothing).
+  pool.Purge();
   pool.Put(std::move(event));
   EXPECT_EQ(pool.Get(1).device_id(), 1);
   EXPECT_EQ(backend.created(), 1u);

@@ -98,6 +98,28 @@ TEST(PoolAfterFork, AChildWhoseFirstCallIsAPutForgetsItsParentsEventsFirst) {
   EXPECT_EQ(backend.created(), created);
 }
 
+// Without caches no call has a hint to trust: Get and Put check for the fork on the depot's path.
+TEST(PoolAfterFork, AnUncachedPoolsChildNeitherHandsOutNorLosesEvents) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend, NoCachePolicy<>> pool(backend);
+  fill(pool, 0, 3);
+  const std::uint64_t created = backend.created();
+
+  const int get_first = in_child([&] {
+    const HostBackend::Event event = pool.Get(0);
+    return HostBackend::serial_of(event.get()) <= created ? 1 : 0;  // a fresh event, not a parent's
+  });
+  EXPECT_EQ(get_first, 0) << "the child's first Get handed out a parent event";
+
+  const int put_first = in_child([&] {
+    HostBackend::Event own = backend.adopt(backend.create(0, 0), 0);
+    const auto token = own.get();
+    pool.Put(std::move(own), 0);
+    return pool.Get(0).get() == token ? 0 : 1;  // the only idle event is the child's own
+  });
+  EXPECT_EQ(put_first, 0) << "the child's first Put was lost, or a parent event came out first";
+}
+
 // Where membarrier is refused, the caches a child forgets reopen in the state that sends their
 // owner through its full fence (thread_cache.h). Fails if forget_in_child reopens them as kOpen.
 TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {

@@ -54,10 +54,10 @@
 // failing.
 //
 // After fork() the child must not hand out or destroy its parent's events: the first operation in
-// a child forgets every idle event, in the depots and in every cache (fork_guard.h). Every path
-// that leaves the cache's fast path makes that check; the fast path needs none, because the child
-// starts with no thread holding a cache hint (thread_cache_directory.h), and only a path that has
-// made the check sets one.
+// a child forgets every idle event, in the depots and in every cache (fork_guard.h). A call that
+// finds its cache through the thread's hint makes no check, because the child starts with no
+// thread holding a hint (thread_cache_directory.h) and only a lookup that has made the check sets
+// one; every other call (the hint misses, or the cache is bypassed) makes it.
 //
 // Errors leave everything as it was: arguments are checked before anything changes; Put takes
 // ownership of the event only after the last step that can throw (taking an empty magazine); a
@@ -270,8 +270,8 @@ class EventPoolCore {
     end_lease_around_hit(std::move(event), forget);
   }
 
+  // Makes no fork check of its own: each way on finds the cache through the hint or checks.
   [[gnu::noinline]] void end_lease_around_hit(event_type &&event, bool forget) noexcept {
-    forget_events_of_parent_process();
     if (forget) (void)event.release();
     if (!event) {
       count_leases(-1);
@@ -442,9 +442,9 @@ class EventPoolCore {
   // ---- The two operations, through the cache or around it ---------------------------------------
 
   // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
-  // cache's loaded magazine; everything past it is out of line, and each way out is a call in
-  // tail position, so that nothing of the inlined code stays live across a call (in a caller's
-  // loop, that keeps the caller's own values in registers).
+  // cache's loaded magazine; everything past it is out of line, in calls that finish the
+  // operation, so that the cache's and the magazine's addresses are dead across them (in a
+  // caller's loop, that leaves registers to the caller's own values).
   [[gnu::always_inline]] handle_type obtain(int device, int leases) {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
@@ -562,13 +562,14 @@ class EventPoolCore {
 
   // The fork check of every call that finds no hint for this pool: a hint does not survive
   // fork() (thread_cache_directory.h), so a hit is proof that the check was made in this process.
+  // The check is made again once a hint is set (hinted_after_fork_check).
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
     forget_events_of_parent_process();
     // Acquire: pairs with close(). A lease ending after its pool needs no cache.
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
     if (checker_) return nullptr;  // a checked pool has no caches: every call goes to the checks
     // The id names a pool of this very type, so the cast is exact.
-    if (ThreadCacheLink *found = find_thread_cache(id_)) return static_cast<Cache *>(found);
+    if (ThreadCacheLink *found = find_thread_cache(id_)) return hinted_after_fork_check(static_cast<Cache *>(found));
     Cache *cache = nullptr;
     try {
       cache = Cache::create(*this, device_count_);
@@ -583,9 +584,17 @@ class EventPoolCore {
       if (cache != nullptr) Cache::destroy(cache);
       return nullptr;
     }
-    if (add_thread_cache(id_, cache)) return cache;
+    if (add_thread_cache(id_, cache)) return hinted_after_fork_check(cache);
     cache->on_thread_exit();  // registered, but the thread cannot find it: abandon it at once
     return nullptr;
+  }
+
+  // A fork() made from a signal handler between the lookup's first check and its setting the hint
+  // leaves the child with a hint and parent's events: the second check forgets them, so that
+  // later hits are sound (this very call may still use the cache as the parent left it).
+  Cache *hinted_after_fork_check(Cache *cache) noexcept {
+    forget_events_of_parent_process();
+    return cache;
   }
 
   // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.

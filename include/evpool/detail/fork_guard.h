@@ -8,12 +8,13 @@
 // pool operation in a child must forget (not destroy) every idle event.
 //
 // The process keeps a fork generation, bumped by a pthread_atfork child handler (src/fork_generation.cc).
-// Each pool remembers the generation its events belong to; every call that does not hit its
-// thread's cache compares the two words: a relaxed load of the process word (written only inside
-// fork) and an acquire load of the pool's (written once per fork; acquire so that a thread seeing
-// the new generation also sees the forgetting that preceded it). Both are plain loads on x86 and
-// read lines nobody writes; the forgetting is a call out of line that the test passes nothing to.
-// A hit makes no test at all: the thread's cache hint does not survive fork()
+// Each pool remembers the generation its events belong to; every call that does not find its
+// cache through the thread's hint (the hint misses, or the cache is bypassed) compares the two
+// words: a relaxed load of the process word (written only inside fork) and an acquire load of the
+// pool's (written once per fork; acquire so that a thread seeing the new generation also sees the
+// forgetting that preceded it). Both are plain loads on x86 and read lines nobody writes; the
+// forgetting is a call out of line that the test passes nothing to. A call that finds its cache
+// through the hint makes no test at all: the hint does not survive fork()
 // (thread_cache_directory.h).
 //
 // Forgetting runs once per child, while other threads of the child may already call into the
@@ -42,7 +43,7 @@ namespace evpool::detail {
 EVPOOL_API extern std::atomic<std::uint32_t> process_fork_generation;
 
 /// The process's fork generation: 0 in the original process, +1 in each fork() child. Inline:
-/// every call that misses its thread's cache reads it, and every lease's end.
+/// every call that misses its thread's cache hint reads it, and every lease's end.
 inline std::uint32_t fork_generation() noexcept {
   // Relaxed: the child handler runs in the child's only thread before fork() returns there, so
   // that thread sees the new value; threads the child starts later are ordered by their creation.

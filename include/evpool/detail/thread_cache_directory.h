@@ -10,11 +10,12 @@
 //
 // The fast path is one thread-local compare: the directory remembers the last pool looked up
 // (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
-// reaching it costs no guard and no call (`constinit thread_local`). It is an inline variable, so
-// that a program reaches it with a plain thread-local access (an executable at a constant offset
-// from the thread pointer), and it has default visibility even in the library's hidden-visibility
-// build, so that every shared object of a process binds to one definition: the one the library's
-// fork handler clears (below).
+// reaching it costs no guard and no call (`constinit thread_local`). It is defined in the library
+// (src/thread_cache_directory.cc), not inline in this header: a process then has exactly one,
+// the one the library's fork handler clears (below). An inline variable would be reached more
+// cheaply from an executable, but copies of it survive in shared objects (Clang emits it weak, a
+// version script makes it local, `-fno-gnu-unique` unmerges it), and a plugin whose copy the
+// handler did not clear would hand out its parent's events after fork().
 //
 // Cleanup at thread exit is the job of a second thread-local object (`ThreadExitFlush`) that is
 // constructed only when the thread registers its first cache. When the thread exits, that object
@@ -25,14 +26,16 @@
 // Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
 // lookup or thread exit drops them; they hold no events.
 //
-// fork(). Only the slow lookup sets a hint, and the slow lookup is where a pool checks whether it
-// runs in a fork() child that has not yet forgotten its parent's events (fork_guard.h). The hint
-// does not survive fork(): the library's pthread_atfork child handler (src/fork_generation.cc),
-// the one that starts the child's fork generation, also clears the hint of the child's only
-// thread, and threads the child starts later begin with none. So a hit on the hint proves that the
-// pool made that check in this process, and Get and Put test nothing for fork on a hit. One handler
-// does both, so no other child handler can run between the two (handlers run in the order they
-// were registered: one registered in between could reach a parent's cache through the hint).
+// fork(). Only a lookup that has checked whether its pool runs in a fork() child that has not yet
+// forgotten its parent's events (fork_guard.h) sets a hint: the pool's slow lookup, which checks
+// again once the hint is set (a fork() from a signal handler may come in between), and
+// FlushThreadCache. The hint does not survive fork(): the library's pthread_atfork child handler
+// (src/fork_generation.cc), the one that starts the child's fork generation, also clears the hint
+// of the child's only thread, and threads the child starts later begin with none. So a hit on the
+// hint proves that the pool made that check in this process, and Get and Put test nothing for
+// fork on a hit. One handler does both, so no other child handler can run between the two
+// (handlers run in the order they were registered: one registered in between could reach a
+// parent's cache through the hint).
 #pragma once
 
 #include <algorithm>
@@ -73,7 +76,7 @@ struct ThreadCacheDirectory {
 };
 
 /// The calling thread's directory: one per thread in the whole process (see the rationale).
-EVPOOL_API inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
+EVPOOL_API extern constinit thread_local ThreadCacheDirectory this_thread_caches;
 
 /// In a fork() child, run by the library's child handler in the child's only thread: the hint
 /// names a cache of the parent's process.
