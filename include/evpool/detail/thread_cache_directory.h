@@ -10,12 +10,11 @@
 //
 // The fast path is one thread-local compare: the directory remembers the last pool looked up
 // (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
-// reaching it costs no guard and no call (`constinit thread_local`). It is defined in the library
-// (src/thread_cache_directory.cc), not inline in this header: a process then has exactly one,
-// the one the library's fork handler clears (below). An inline variable would be reached more
-// cheaply from an executable, but copies of it survive in shared objects (Clang emits it weak, a
-// version script makes it local, `-fno-gnu-unique` unmerges it), and a plugin whose copy the
-// handler did not clear would hand out its parent's events after fork().
+// reaching it costs no guard and no call (`constinit thread_local`). It is an inline variable with
+// default visibility, so an executable reaches it at a constant offset from the thread pointer and
+// most shared objects bind to one copy; but copies can survive in a plugin (Clang emits it weak, a
+// version script makes it local, `-fno-gnu-unique` unmerges it). So each copy's first cache also
+// registers a fork child handler for that copy (add_thread_cache), beside the library's own.
 //
 // Cleanup at thread exit is the job of a second thread-local object (`ThreadExitFlush`) that is
 // constructed only when the thread registers its first cache. When the thread exits, that object
@@ -37,6 +36,8 @@
 // (handlers run in the order they were registered: one registered in between could reach a
 // parent's cache through the hint).
 #pragma once
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -75,8 +76,8 @@ struct ThreadCacheDirectory {
   bool torn_down = false;
 };
 
-/// The calling thread's directory: one per thread in the whole process (see the rationale).
-EVPOOL_API extern constinit thread_local ThreadCacheDirectory this_thread_caches;
+/// The calling thread's directory (see the rationale for how many copies a process may hold).
+EVPOOL_API inline constinit thread_local ThreadCacheDirectory this_thread_caches{};
 
 /// In a fork() child, run by the library's child handler in the child's only thread: the hint
 /// names a cache of the parent's process.
@@ -124,6 +125,10 @@ inline ThreadCacheLink *find_thread_cache(std::uint64_t pool_id) noexcept {
 /// (then nothing changed). Owner thread only.
 inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
   ThreadCacheDirectory &directory = this_thread_caches;
+  // Once per copy of this header's objects, before its first hint: a copy that the library's
+  // fork handler does not reach (see the rationale) clears its hints in a fork child too.
+  static const bool hints_cleared_in_children = pthread_atfork(nullptr, nullptr, &forget_hint_in_fork_child) == 0;
+  if (!hints_cleared_in_children) return false;  // no hint without a handler: no cache
   try {
     // Constructed once per thread, the first time it gets here; its destructor runs at exit.
     thread_local ThreadExitFlush flush_at_exit;
