@@ -3,18 +3,27 @@
 // Design rationale
 // ----------------
 // A thread keeps one cache per pool it uses (thread_cache.h). The directory maps a pool's id to
-// the thread's cache for it: ids come from one process-wide counter (next_pool_id, in the library
-// so that every shared object draws from the same one) and are never reused, so a pool that is
-// created at the address of a destroyed one can never be handed the dead pool's cache (keying by
-// address would).
+// the thread's cache for it: ids are never reused, so a pool that is created at the address of a
+// destroyed one can never be handed the dead pool's cache (keying by address would).
 //
 // The fast path is one thread-local compare: the directory remembers the last pool looked up
 // (`hint_id`, `hint`). The directory itself is constant-initialised and trivially destructible, so
 // reaching it costs no guard and no call (`constinit thread_local`). It is an inline variable with
 // default visibility, so an executable reaches it at a constant offset from the thread pointer and
-// most shared objects bind to one copy; but copies can survive in a plugin (Clang emits it weak, a
-// version script makes it local, `-fno-gnu-unique` unmerges it). So each copy's first cache also
-// registers a fork child handler for that copy (add_thread_cache), beside the library's own.
+// most shared objects bind to one copy.
+//
+// Copies in plugins. The loader does not always merge it: Clang emits it weak, a version script
+// makes a plugin's copy local, `-fno-gnu-unique` unmerges it; and it merges copies that a plugin
+// would keep apart (GCC emits it as a GNU unique symbol, which binds process-wide even across
+// plugins loaded with RTLD_LOCAL, each linking its own libevpool.a). Two rules keep every copy
+// sound, and tools/check-plugins builds each of these cases:
+// - Ids come from `last_pool_id`, an inline variable declared as the directory is, so that the
+//   loader merges or separates the two alike: pools whose calls share a directory draw their ids
+//   from one counter. (A counter in the library's own source was one per libevpool.a, and two
+//   plugins' first pools both got id 1 in one merged directory: the second took the first's
+//   events.)
+// - Each copy's first cache registers a fork child handler for that copy (add_thread_cache),
+//   beside the library's own (see fork() below).
 //
 // Cleanup at thread exit is the job of a second thread-local object (`ThreadExitFlush`) that is
 // constructed only when the thread registers its first cache. When the thread exits, that object
@@ -32,14 +41,17 @@
 // (src/fork_generation.cc), the one that starts the child's fork generation, also clears the hint
 // of the child's only thread, and threads the child starts later begin with none. So a hit on the
 // hint proves that the pool made that check in this process, and Get and Put test nothing for
-// fork on a hit. One handler does both, so no other child handler can run between the two
-// (handlers run in the order they were registered: one registered in between could reach a
-// parent's cache through the hint).
+// fork on a hit. The library's handler does both, so no other child handler can run between the
+// two (handlers run in the order they were registered: one registered in between could reach a
+// parent's cache through the hint). A plugin's own copy of the directory is cleared by that copy's
+// handler, registered with its first cache: a child handler registered before it that calls the
+// plugin's pools may still find a parent's cache (docs/fork.md).
 #pragma once
 
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <new>
 #include <vector>
@@ -48,8 +60,13 @@
 
 namespace evpool::detail {
 
-/// A new pool id: unique for the process's lifetime, never 0. Thread-safe.
-EVPOOL_API std::uint64_t next_pool_id() noexcept;
+/// The last pool id handed out (see "Copies in plugins" above for why it is an inline variable).
+/// Relaxed: only uniqueness matters; 2^64 pools are never created.
+EVPOOL_API inline constinit std::atomic<std::uint64_t> last_pool_id{0};
+
+/// A new pool id: unique for the process's lifetime (within every directory that can see the
+/// pool), never 0. Thread-safe, lock-free.
+inline std::uint64_t next_pool_id() noexcept { return last_pool_id.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 /// What the directory needs of a cache, whatever its pool's type.
 class ThreadCacheLink {
