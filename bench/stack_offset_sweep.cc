@@ -10,8 +10,8 @@
 // same loop as the reference.
 //
 // Usage: evpool_stack_offset_sweep [host|cuda] [pairs per offset, default 1000000] [--each]
-// Prints, per variant, the least, quartiles and most ns per pair over the 256 offsets (each the
-// best of two runs); with --each, every offset too.
+// Prints, per variant, the least, quartiles and most ns per pair over the 256 offsets, and the
+// same of each pool's time per pair over private's at the same offset; with --each, every offset.
 #include <benchmark/benchmark.h>  // DoNotOptimize, as in the contention benchmark's loop
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -52,35 +53,51 @@ template <class Source>
   return ns_per_pair(source, pairs);
 }
 
-template <class Source>
-void sweep(const char *name, Source &source, long pairs, bool each) {
-  source.Put(source.Get(0), 0);  // the first event, and the thread's cache
-  (void)ns_per_pair(source, pairs);  // warm-up
-  std::vector<double> figures;
-  for (std::size_t shift = 0; shift < kPage; shift += kStep) {
-    const double best = std::min(ns_per_pair_shifted(source, pairs, shift), ns_per_pair_shifted(source, pairs, shift));
-    figures.push_back(best);
-    if (each) std::printf("%s shift %4zu: %.2f ns/pair\n", name, shift, best);
-  }
+struct Quartiles {
+  double least, q1, median, q3, most;
+};
+Quartiles quartiles_of(std::vector<double> figures) {
   std::sort(figures.begin(), figures.end());
   const auto at = [&](double quantile) { return figures[static_cast<std::size_t>(quantile * (figures.size() - 1))]; };
-  std::printf("%-16s least %.2f  q1 %.2f  median %.2f  q3 %.2f  most %.2f ns/pair over %zu stack offsets\n", name,
-              at(0), at(0.25), at(0.5), at(0.75), at(1), figures.size());
+  return {at(0), at(0.25), at(0.5), at(0.75), at(1)};
+}
+void print(const char *name, const Quartiles &q, const char *unit) {
+  std::printf("%-24s least %.2f  q1 %.2f  median %.2f  q3 %.2f  most %.2f %s\n", name, q.least, q.q1, q.median,
+              q.q3, q.most, unit);
+}
+
+// At each offset every source runs its loop in turn (each the best of two runs), so that the
+// ratios compare runs made within a few milliseconds of each other: on the VMs the same loop's
+// speed drifts over seconds (docs/benchmarks.md).
+template <class... Sources>
+void sweep(const char *const (&names)[sizeof...(Sources)], long pairs, bool each, Sources &...sources) {
+  constexpr std::size_t kSources = sizeof...(Sources);
+  ((sources.Put(sources.Get(0), 0), (void)ns_per_pair(sources, pairs)), ...);  // first events, caches, warm-up
+  std::vector<double> figures[kSources], ratios[kSources - 1];
+  for (std::size_t shift = 0; shift < kPage; shift += kStep) {
+    const double at_shift[kSources] = {
+        std::min(ns_per_pair_shifted(sources, pairs, shift), ns_per_pair_shifted(sources, pairs, shift))...};
+    for (std::size_t i = 0; i < kSources; ++i) {
+      figures[i].push_back(at_shift[i]);
+      if (i + 1 < kSources) ratios[i].push_back(at_shift[i] / at_shift[kSources - 1]);
+      if (each) std::printf("shift %4zu %-16s %.2f ns/pair\n", shift, names[i], at_shift[i]);
+    }
+  }
+  std::printf("over %zu stack offsets:\n", figures[0].size());
+  for (std::size_t i = 0; i < kSources; ++i) print(names[i], quartiles_of(figures[i]), "ns/pair");
+  for (std::size_t i = 0; i + 1 < kSources; ++i) {
+    const std::string name = std::string(names[i]) + " / " + names[kSources - 1];
+    print(name.c_str(), quartiles_of(ratios[i]), "(time per pair, same offset)");
+  }
   std::fflush(stdout);
 }
 
 template <class Backend>
 void sweep_all(const Backend &backend, long pairs, bool each) {
-  {
-    evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultFlags);
-    sweep("evpool", pool, pairs, each);
-  }
-  {
-    evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> pool(backend, Backend::kDefaultFlags);
-    sweep("evpool-nostats", pool, pairs, each);
-  }
+  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultFlags);
+  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultFlags);
   evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultFlags, 1);
-  sweep("private", stacks.of_thread(0), pairs, each);
+  sweep({"evpool", "evpool-nostats", "private"}, pairs, each, pool, nostats, stacks.of_thread(0));
 }
 
 }  // namespace
