@@ -452,13 +452,20 @@ class EventPoolCore {
         // An absent magazine's slot counts 0, so one test covers both.
         if (magazines.loaded.empty()) [[unlikely]]
           return obtain_refilling(*cache, device, leases);
-        const handle_type handle = magazines.loaded.take();  // counts the Get too (Slot::tally)
-        if (leases != 0) cache->owner_count_leases(leases);
-        cache->owner_exit();
-        return handle;
+        return take_and_exit(*cache, magazines, leases);
       }
     }
     return obtain_around_cache(device, leases);
+  }
+
+  // The end of a Get from the cache: an event out of the loaded magazine (not empty), which
+  // counts the Get too (Slot::tally), and the call ends.
+  [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
+                                                   int leases) noexcept {
+    const handle_type handle = magazines.loaded.take();
+    if (leases != 0) cache.owner_count_leases(leases);
+    cache.owner_exit();
+    return handle;
   }
 
   // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
@@ -469,10 +476,7 @@ class EventPoolCore {
       cache.owner_exit();
       return obtain_around_cache(device, leases);
     }
-    const handle_type handle = magazines.loaded.take();
-    if (leases != 0) cache.owner_count_leases(leases);
-    cache.owner_exit();
-    return handle;
+    return take_and_exit(cache, magazines, leases);
   }
 
   [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
@@ -499,8 +503,7 @@ class EventPoolCore {
         auto &magazines = cache->owner_magazines(device);
         if (!magazines.has_room()) [[unlikely]]
           return keep_making_room(*cache, device, handle, adopted);
-        magazines.loaded.put(handle);
-        magazines.counts.count_put(adopted);
+        file_in_loaded(magazines, handle, adopted);
         cache->owner_exit();
         return true;
       }
@@ -619,6 +622,12 @@ class EventPoolCore {
     auto &magazines = cache.owner_magazines(device);
     if (!magazines.has_room()) [[unlikely]]
       make_room_in_cache(magazines, device);
+    file_in_loaded(magazines, handle, adopted);
+  }
+
+  // A Put into the loaded magazine, which has room, counted.
+  [[gnu::always_inline]] static void file_in_loaded(typename Cache::DeviceMagazines &magazines, handle_type handle,
+                                                    bool adopted) noexcept {
     magazines.loaded.put(handle);
     magazines.counts.count_put(adopted);
   }
