@@ -139,5 +139,34 @@ TYPED_TEST(AllocationFailure, AThreadWhoseCacheCannotBeAllocatedUsesTheDepot) {
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
+// A shared lease's control block is recycled through the thread's cache (shared_lease_block.h):
+// once a thread has ended one, its next one allocates nothing. Without caches every lease
+// allocates its block, and one that cannot holds no event.
+TYPED_TEST(AllocationFailure, ASharedLeaseAllocatesNoBlockOnceItsThreadHasEndedOne) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  {
+    auto lease = pool.LeaseShared(0);
+    auto copy = lease;
+  }
+  allocations_until_failure = 0;
+  if constexpr (kCached<TypeParam>) {
+    auto lease = pool.LeaseShared(0);
+    allocations_until_failure = -1;
+    ASSERT_TRUE(lease);
+    auto copy = lease;
+    EXPECT_EQ(copy.use_count(), 2);
+  } else {
+    EXPECT_THROW(pool.LeaseShared(0), std::bad_alloc);
+    allocations_until_failure = -1;
+  }
+  EXPECT_EQ(backend.created(), 1u) << "every lease had the one event";
+  const DeviceStats figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.outstanding, 0);
+  EXPECT_EQ(figures.idle, 1u);
+  pool.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
 }  // namespace
 }  // namespace evpool

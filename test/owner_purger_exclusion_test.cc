@@ -43,6 +43,8 @@ struct LitmusPool {
   using Magazine = detail::Magazine<std::uint64_t, 2, std::atomic>;
   template <class T>
   using atomic = std::atomic<T>;
+  using event_type = std::uint64_t;
+  using SharedLeaseBlock = detail::SharedLeaseBlock<LitmusPool>;
   using Fence = FenceType;
   static constexpr unsigned kCacheCapacity = 2;
   static constexpr unsigned kCacheStartCapacity = 1;

@@ -1,14 +1,13 @@
 // evpool: SharedEventLease, a reference-counted pooled event (DALI's CUDASharedEvent, pooled).
 //
 // Every copy refers to the same event; the last copy to die returns it to its pool. The copies
-// share one small control block (the event and the count), allocated when the lease begins; a copy
-// costs one relaxed increment on that block, which no other lease uses, and dropping a copy one
-// decrement, except for the last, which only reads the count. Like UniqueEventLease it may outlive
-// its BasicEventPool.
+// share one small control block (the event and the count), which the pool recycles through the
+// thread caches as it does events (detail/shared_lease_block.h): a thread that has ended a shared
+// lease begins its next one without allocating. A copy costs one relaxed increment on that block,
+// which no other lease uses, and dropping a copy one decrement, except for the last, which only
+// reads the count. Like UniqueEventLease it may outlive its BasicEventPool.
 #pragma once
 
-#include <cstdint>
-#include <memory>
 #include <utility>
 
 #include "evpool/detail/fork_guard.h"
@@ -55,27 +54,16 @@ class SharedEventLease {
     Block *block = std::exchange(block_, nullptr);
     if (block == nullptr || !drop_reference(*block)) return;
     const bool parents_event = block->fork_generation != detail::fork_generation();
-    block->core->end_lease(std::move(block->event), parents_event);
-    delete block;
+    block->core->end_shared_lease(block, parents_event);  // recycles the block
   }
 
  private:
   template <EventBackend, class>
   friend class BasicEventPool;
 
-  struct Block {
-    typename Core::template atomic<std::uint32_t> references{1};
-    Core *core = nullptr;
-    event_type event;
-    std::uint32_t fork_generation = detail::fork_generation();
-  };
+  using Block = typename Core::SharedLeaseBlock;
 
-  static SharedEventLease begin(Core &core, int device_id) {
-    auto block = std::make_unique<Block>();  // first: a failed allocation holds no event
-    block->core = &core;
-    block->event = core.begin_lease(device_id);
-    return SharedEventLease(block.release());
-  }
+  static SharedEventLease begin(Core &core, int device_id) { return SharedEventLease(core.begin_shared_lease(device_id)); }
 
   explicit SharedEventLease(Block *block) noexcept : block_(block) {}
 

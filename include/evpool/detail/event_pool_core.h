@@ -47,6 +47,7 @@
 // bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
 // progress), adds their counts into `lease_balance_` and removes its bias; whoever brings the
 // balance to zero deletes the core. A lease that ends after its pool is gone destroys its event.
+// A shared lease's control block is recycled through the same caches (shared_lease_block.h).
 //
 // ABA: Get, Put and the caches move magazines between stacks and threads in every order, and Trim,
 // Purge and leases reorder them further, so an ABA on a head would corrupt the depot: the 40-bit
@@ -83,6 +84,7 @@
 #include "evpool/detail/fork_guard.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/registry_lock.h"
+#include "evpool/detail/shared_lease_block.h"
 #include "evpool/detail/tagged_index_stack.h"
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
@@ -113,6 +115,7 @@ class EventPoolCore {
   static constexpr std::uint32_t kReserveFill = kCached ? kCacheStartCapacity : 1;
   static constexpr bool kCountCalls = Policy::count_calls;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
+  using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
   EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
@@ -268,6 +271,33 @@ class EventPoolCore {
       }
     }
     end_lease_around_hit(std::move(event), forget);
+  }
+
+  /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
+  /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
+  /// nothing is held.
+  [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
+    SharedLeaseBlock *block = take_spare_block();
+    if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no event
+    try {
+      block->event = begin_lease(device_id);
+    } catch (...) {
+      recycle_block(block);
+      throw;
+    }
+    block->core = this;
+    block->fork_generation = detail::fork_generation();
+    // Relaxed: the block is the caller's alone until it hands the lease on, which synchronises.
+    block->references.store(1, std::memory_order_relaxed);
+    return block;
+  }
+
+  /// The last reference to a shared lease is gone: its event goes back as end_lease says, its
+  /// block to this thread's cache. Never throws. May delete the core.
+  [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
+    event_type event = std::move(block->event);
+    recycle_block(block);  // before the lease ends: the core lives until then
+    end_lease(std::move(event), forget);
   }
 
   // Makes no fork check of its own: each way on finds the cache through the hint or checks.
@@ -536,6 +566,32 @@ class EventPoolCore {
     if constexpr (kCountCalls) counts_[device].count_put(adopted);
     if (!kept) forget_destroyed(device, handle);  // the caller destroys it
     return kept;
+  }
+
+  // A spare shared lease block from the thread's cache, or nullptr.
+  [[gnu::always_inline]] SharedLeaseBlock *take_spare_block() noexcept {
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+        SharedLeaseBlock *block = cache->owner_take_spare_block();
+        cache->owner_exit();
+        return block;
+      }
+    }
+    return nullptr;
+  }
+
+  // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
+  // deleted.
+  [[gnu::always_inline]] void recycle_block(SharedLeaseBlock *block) noexcept {
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+        const bool kept = cache->owner_keep_spare_block(block);
+        cache->owner_exit();
+        if (kept) [[likely]]
+          return;
+      }
+    }
+    delete block;
   }
 
   void count_leases(std::int64_t delta) noexcept {

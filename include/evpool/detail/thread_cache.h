@@ -68,8 +68,8 @@
 // Layout (one allocation, in 128-byte lines; x86-64 with one device: 512 bytes):
 //
 //   [0, 128)     the vtable pointer (ThreadCacheLink), read-only
-//   [128, 256)   busy, bypass, leases, device count: the owner writes busy (and leases) on every
-//                call, a purger writes bypass rarely
+//   [128, 256)   busy, bypass, leases, device count, spare lease blocks: the owner writes busy
+//                (and leases, and the spare blocks) on every call, a purger writes bypass rarely
 //   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
 //   [384, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
@@ -92,12 +92,14 @@
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/detail/call_counts.h"
 #include "evpool/detail/node_arena.h"
+#include "evpool/detail/shared_lease_block.h"
 #include "evpool/detail/thread_cache_directory.h"
 
 namespace evpool::detail {
 
-/// `Pool` provides `Magazine`, `atomic<T>`, `Fence`, `spin_wait()`, `flush_exiting_cache(ThreadCache &)`,
-/// and the magazine sizes `kCacheCapacity`, `kCacheStartCapacity`, `kCacheGrowthTrades`.
+/// `Pool` provides `Magazine`, `SharedLeaseBlock`, `atomic<T>`, `Fence`, `spin_wait()`,
+/// `flush_exiting_cache(ThreadCache &)`, and the magazine sizes `kCacheCapacity`,
+/// `kCacheStartCapacity`, `kCacheGrowthTrades`.
 template <class Pool>
 class ThreadCache final : public ThreadCacheLink {
  public:
@@ -253,6 +255,11 @@ class ThreadCache final : public ThreadCacheLink {
     leases_.store(leases_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   }
 
+  /// A spare shared lease block (shared_lease_block.h), or nullptr.
+  typename Pool::SharedLeaseBlock *owner_take_spare_block() noexcept { return spare_blocks_.take(); }
+  /// Keeps a block whose lease has ended; false if the cache has enough (the caller deletes it).
+  bool owner_keep_spare_block(typename Pool::SharedLeaseBlock *block) noexcept { return spare_blocks_.keep(block); }
+
   /// Whether the pool has closed the cache for good (the owner then returns events by itself).
   bool closed() const noexcept { return bypass_.load(std::memory_order_acquire) == kClosed; }
 
@@ -333,6 +340,7 @@ class ThreadCache final : public ThreadCacheLink {
   Atomic<std::uint32_t> bypass_{open_state()};
   Atomic<std::int64_t> leases_{0};
   int device_count_;
+  SpareBlocks<typename Pool::SharedLeaseBlock> spare_blocks_;  // owner only; deleted with the cache
   // Cold: written once or twice in the cache's life, or under the registry lock, and outside the
   // owner/purger protocol, so std::atomic rather than the policy's (the deterministic scheduler
   // need not interleave them; cache_registry_test.cc drives the registry's stores itself).
