@@ -6,6 +6,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define EVPOOL_API __attribute__((visibility("default")))
+// One copy per shared object, never merged with another's: for inline functions whose static or
+// thread_local objects must belong to the object that uses them (detail/thread_cache_directory.h).
+#define EVPOOL_PER_SHARED_OBJECT __attribute__((visibility("hidden")))
 #else
 #define EVPOOL_API
+#define EVPOOL_PER_SHARED_OBJECT
 #endif

@@ -31,4 +31,13 @@ std::uint64_t plugin_get_and_put() {
 /// The events the plugin's pool has created (since fork() in a child: a child starts empty).
 std::uint64_t plugin_events_created() { return pool().stats().total().created; }
 
+/// Gets and puts an event of a pool that lives only for this call: its first Get registers a new
+/// cache, which makes the thread's directory look at every cache it holds (of other plugins too).
+/// True if that pool created its own event.
+bool plugin_use_a_new_pool() {
+  evpool::BasicEventPool<evpool::HostBackend> fresh{evpool::HostBackend(1)};
+  fresh.Put(fresh.Get(0), 0);
+  return fresh.stats().total().created == 1;
+}
+
 }  // extern "C"

@@ -12,19 +12,31 @@
 // default visibility, so an executable reaches it at a constant offset from the thread pointer and
 // most shared objects bind to one copy.
 //
-// Copies in plugins. The loader does not always merge it: Clang emits it weak, a version script
-// makes a plugin's copy local, `-fno-gnu-unique` unmerges it; and it merges copies that a plugin
-// would keep apart (GCC emits it as a GNU unique symbol, which binds process-wide even across
-// plugins loaded with RTLD_LOCAL, each linking its own libevpool.a). Two rules keep every copy
-// sound, and tools/check-plugins builds each of these cases:
-// - Ids come from `last_pool_id`, an inline variable declared as the directory is, so that the
-//   loader merges or separates the two alike: pools whose calls share a directory draw their ids
-//   from one counter. (A counter in the library's own source was one per libevpool.a, and two
-//   plugins' first pools both got id 1 in one merged directory: the second took the first's
-//   events.)
-// - Each copy's first cache registers a fork child handler for that copy (add_thread_cache),
-//   beside the library's own (see fork() below).
-//
+// Copies in plugins. A process can hold several copies of the directory, and of the code around
+// it, and the loader decides which objects bind to which: Clang emits the directory weak, a
+// version script makes a plugin's copy local, `-fno-gnu-unique` unmerges it, `-Bsymbolic` makes a
+// plugin bind to its own copy first; and GCC emits it as a GNU unique symbol, which binds process
+// wide even across plugins loaded with RTLD_LOCAL that each link their own libevpool.a. No
+// arrangement of symbols makes every object agree, so nothing here relies on one:
+// - Pool ids do not depend on sharing a counter. Each copy of the id source starts at a random
+//   point of the 2^64 ids and counts up from there (next_pool_id), so ids from one copy never
+//   repeat, and two copies that a directory sees both collide only by chance: when their ranges
+//   of ids overlap, with odds of about (pools of one + pools of the other) / 2^64. (A counter in
+//   the library's own source, one per libevpool.a, numbered two plugins' first pools 1 and 1 in
+//   one merged directory, and the second took the first's events.)
+// - What must exist once per copy of the directory exists once per shared object instead
+//   (EVPOOL_PER_SHARED_OBJECT): add_thread_cache's fork child handler and its thread-exit flush.
+//   Each object's handler clears the directory that object binds to, whichever that is, so every
+//   copy is cleared in a fork child; and each object that registered a cache for a thread keeps a
+//   thread-exit destructor, which keeps it loaded (a dlclose() waits) until that thread exits.
+//   (As GNU unique symbols, the once-per-copy guard and flush were merged between plugins that
+//   used different directories: a plugin linked with -Bsymbolic registered no handler and its
+//   fork child got its parent's events, and a dlclose()d plugin's caches stayed in a directory
+//   that nothing kept loaded.)
+// tools/check-plugins builds these arrangements and checks both properties. Not supported:
+// RTLD_DEEPBIND, which binds a plugin to a fork generation (fork_guard.h) that an executable's
+// copy relocation has moved elsewhere, so its pools never learn of a fork.
+
 // Cleanup at thread exit is the job of a second thread-local object (`ThreadExitFlush`) that is
 // constructed only when the thread registers its first cache. When the thread exits, that object
 // flushes every cache back to its pool and marks the directory torn down; calls made after that
@@ -43,15 +55,19 @@
 // hint proves that the pool made that check in this process, and Get and Put test nothing for
 // fork on a hit. The library's handler does both, so no other child handler can run between the
 // two (handlers run in the order they were registered: one registered in between could reach a
-// parent's cache through the hint). A plugin's own copy of the directory is cleared by that copy's
-// handler, registered with its first cache: a child handler registered before it that calls the
-// plugin's pools may still find a parent's cache (docs/fork.md).
+// parent's cache through the hint). A copy of the directory that the library's handler does not
+// reach is cleared by the handler of each shared object bound to it, registered with that
+// object's first cache: a child handler registered before it that calls such a plugin's pools may
+// still find a parent's cache (docs/fork.md).
 #pragma once
 
 #include <pthread.h>
+#include <sys/random.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <new>
 #include <vector>
@@ -60,13 +76,27 @@
 
 namespace evpool::detail {
 
-/// The last pool id handed out (see "Copies in plugins" above for why it is an inline variable).
-/// Relaxed: only uniqueness matters; 2^64 pools are never created.
-EVPOOL_API inline constinit std::atomic<std::uint64_t> last_pool_id{0};
+/// A random 64-bit number, from the kernel, or, if it has none to give, from the clock and an
+/// address.
+inline std::uint64_t random_id_start() noexcept {
+  std::uint64_t start = 0;
+  if (getrandom(&start, sizeof start, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof start))
+    start = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+            reinterpret_cast<std::uintptr_t>(&start);
+  return start;
+}
 
-/// A new pool id: unique for the process's lifetime (within every directory that can see the
-/// pool), never 0. Thread-safe, lock-free.
-inline std::uint64_t next_pool_id() noexcept { return last_pool_id.fetch_add(1, std::memory_order_relaxed) + 1; }
+/// A new pool id, never 0: from this copy of the id source, never one it handed out before; from
+/// another copy, the same only by chance (see "Copies in plugins" above). Thread-safe; lock-free
+/// after its first call, which draws the random start.
+inline std::uint64_t next_pool_id() noexcept {
+  static std::atomic<std::uint64_t> last{random_id_start()};
+  for (;;) {
+    // Relaxed: only uniqueness matters.
+    const std::uint64_t id = last.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (id != 0) return id;  // 0 is the empty hint's
+  }
+}
 
 /// What the directory needs of a cache, whatever its pool's type.
 class ThreadCacheLink {
@@ -87,7 +117,7 @@ struct ThreadCacheDirectory {
     std::uint64_t pool_id;
     ThreadCacheLink *cache;
   };
-  std::uint64_t hint_id = 0;  // pool ids start at 1: 0 matches nothing
+  std::uint64_t hint_id = 0;  // no pool has id 0: matches nothing
   ThreadCacheLink *hint = nullptr;
   std::vector<Entry> *entries = nullptr;  // allocated with the first cache
   bool torn_down = false;
@@ -98,7 +128,7 @@ EVPOOL_API inline constinit thread_local ThreadCacheDirectory this_thread_caches
 
 /// In a fork() child, run by the library's child handler in the child's only thread: the hint
 /// names a cache of the parent's process.
-inline void forget_hint_in_fork_child() noexcept {
+EVPOOL_PER_SHARED_OBJECT inline void forget_hint_in_fork_child() noexcept {
   this_thread_caches.hint_id = 0;
   this_thread_caches.hint = nullptr;
 }
@@ -140,14 +170,16 @@ inline ThreadCacheLink *find_thread_cache(std::uint64_t pool_id) noexcept {
 
 /// Adds the calling thread's new cache for `pool_id` and makes it the hint. False if no memory
 /// (then nothing changed). Owner thread only.
-inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
+EVPOOL_PER_SHARED_OBJECT inline bool add_thread_cache(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
   ThreadCacheDirectory &directory = this_thread_caches;
-  // Once per copy of this header's objects, before its first hint: a copy that the library's
-  // fork handler does not reach (see the rationale) clears its hints in a fork child too.
+  // Once per shared object, before its first hint: whichever copy of the directory this object
+  // binds to is cleared in a fork child, also one that the library's handler does not reach (see
+  // "Copies in plugins" above).
   static const bool hints_cleared_in_children = pthread_atfork(nullptr, nullptr, &forget_hint_in_fork_child) == 0;
   if (!hints_cleared_in_children) return false;  // no hint without a handler: no cache
   try {
-    // Constructed once per thread, the first time it gets here; its destructor runs at exit.
+    // Constructed once per thread and shared object, the first time it gets here; its destructor
+    // runs at exit, and keeps this object loaded until then.
     thread_local ThreadExitFlush flush_at_exit;
     (void)flush_at_exit;
     if (directory.entries == nullptr) directory.entries = new std::vector<ThreadCacheDirectory::Entry>();
