@@ -268,6 +268,26 @@ TEST(PoolAfterFork, ASharedLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestr
                             "out; 4: the child's pool destroyed it";
 }
 
+// A shared lease's block kept in the parent's cache (shared_lease_block.h) serves the child's
+// first shared lease: it must carry the child's fork generation, or each of the child's leases
+// would forget its own event as a parent's, and the next one create another.
+TEST(PoolAfterFork, AChildsSharedLeasesOnARecycledBlockReturnTheirEvents) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  { auto lease = pool.LeaseShared(0); }  // its block waits in this thread's cache
+  const std::uint64_t created = backend.created();
+
+  const int failures = in_child([&] {
+    for (int i = 0; i < 3; ++i) {
+      auto lease = pool.LeaseShared(0);
+      auto copy = lease;
+    }
+    return backend.created() == created + 1 ? 0 : 1;
+  });
+  EXPECT_EQ(failures, 0) << "the child created an event per shared lease: each was forgotten as a "
+                            "parent's";
+}
+
 // A lease taken before fork() that ends in the child after the child has used the pool: the
 // child's cache then has a loaded magazine with room, the case end_lease puts an event into inline.
 // The parent's event must still only be forgotten, never filed there (the next Get would hand it

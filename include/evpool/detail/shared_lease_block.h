@@ -11,6 +11,11 @@
 // next shared lease that thread begins takes it back. A block is plain memory, so like an event it
 // belongs to whichever thread ends the lease, never to the one that made it.
 //
+// Only the thread that ends a shared lease gets its block back: a producer whose leases another
+// thread ends (a completion thread, a stream callback) allocates every block, and the ending thread
+// keeps kCapacity of them and deletes the rest. Handing whole stacks of spare blocks back through a
+// pool-wide stack, as magazines travel, would serve that pattern too; it is not done.
+//
 // A cache keeps at most kCapacity spare blocks; more are deleted. They leave with the cache: its
 // destructor deletes them, once both the thread and the pool have let go of it. A pool without
 // caches (cache_capacity 0, or checked mode) allocates and deletes every block.

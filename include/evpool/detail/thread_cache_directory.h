@@ -23,7 +23,8 @@
 //   repeat, and two copies that a directory sees both collide only by chance: when their ranges
 //   of ids overlap, with odds of about (pools of one + pools of the other) / 2^64. (A counter in
 //   the library's own source, one per libevpool.a, numbered two plugins' first pools 1 and 1 in
-//   one merged directory, and the second took the first's events.)
+//   one merged directory, and the second took the first's events.) The start is random also
+//   where getrandom() fails (random_id_start), and test/pool_id_test.cc makes it fail.
 // - What must exist once per copy of the directory exists once per shared object instead
 //   (EVPOOL_PER_SHARED_OBJECT): add_thread_cache's fork child handler and its thread-exit flush.
 //   Each object's handler clears the directory that object binds to, whichever that is, so every
@@ -41,7 +42,11 @@
 // constructed only when the thread registers its first cache. When the thread exits, that object
 // flushes every cache back to its pool and marks the directory torn down; calls made after that
 // (from other thread-local destructors, or during process exit) find `torn_down` and bypass the
-// cache, as snmalloc points a dying thread at an always-miss placeholder.
+// cache, as snmalloc points a dying thread at an always-miss placeholder. Where several shared
+// objects registered caches in one directory, each has a flush (see "Copies in plugins"): the
+// first to run (the last constructed) flushes every cache and marks the directory torn down, and
+// the others find nothing to do; a thread-local destructor that runs in between bypasses the
+// caches, as after the last.
 //
 // Caches of pools that have been destroyed ("stale") stay in the directory until the next slow
 // lookup or thread exit drops them; they hold no events.
@@ -62,6 +67,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/random.h>
 #include <sys/types.h>
 
@@ -69,6 +75,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -76,21 +83,30 @@
 
 namespace evpool::detail {
 
-/// A random 64-bit number, from the kernel, or, if it has none to give, from the clock and an
-/// address.
-inline std::uint64_t random_id_start() noexcept {
-  std::uint64_t start = 0;
-  if (getrandom(&start, sizeof start, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof start))
-    start = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-            reinterpret_cast<std::uintptr_t>(&start);
-  return start;
+/// Where the copy of the id source whose counter lies at `copy` starts: a random 64-bit number.
+/// From the kernel's getrandom(); where that fails (an old kernel, a seccomp profile, early boot),
+/// from the random bytes the kernel gave the process at exec (AT_RANDOM) and the clock, which every
+/// copy in the process shares. Either is mixed with the counter's own address, which no two copies
+/// share, through a bijective 64-bit finaliser (splitmix64's), so that copies set up at the same
+/// moment still start far apart.
+inline std::uint64_t random_id_start(const void *copy) noexcept {
+  std::uint64_t entropy = 0;
+  if (getrandom(&entropy, sizeof entropy, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof entropy)) {
+    if (const auto at_random = getauxval(AT_RANDOM); at_random != 0)
+      std::memcpy(&entropy, reinterpret_cast<const void *>(at_random), sizeof entropy);
+    entropy ^= static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  std::uint64_t x = entropy ^ reinterpret_cast<std::uintptr_t>(copy);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+  return x ^ (x >> 31);
 }
 
 /// A new pool id, never 0: from this copy of the id source, never one it handed out before; from
 /// another copy, the same only by chance (see "Copies in plugins" above). Thread-safe; lock-free
 /// after its first call, which draws the random start.
 inline std::uint64_t next_pool_id() noexcept {
-  static std::atomic<std::uint64_t> last{random_id_start()};
+  static std::atomic<std::uint64_t> last{random_id_start(&last)};
   for (;;) {
     // Relaxed: only uniqueness matters.
     const std::uint64_t id = last.fetch_add(1, std::memory_order_relaxed) + 1;
