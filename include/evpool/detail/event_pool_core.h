@@ -309,20 +309,17 @@ class EventPoolCore {
     }
     const handle_type handle = event.get();
     const int device = event.device_id();
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
-        try {
-          put_into_cache(*cache, device, handle, false);
-          (void)event.release();
-        } catch (...) {
-          event = event_type();  // no memory for a magazine: destroy it
-          count_destroyed(device, 1);
-        }  // (a checked pool has no caches)
-        cache->owner_count_leases(-1);
-        cache->owner_exit();
-        return;
-      }
-    }
+    const bool ended_in_cache = in_owner_section([&](auto &cache) {
+      try {
+        put_into_cache(cache, device, handle, false);
+        (void)event.release();
+      } catch (...) {
+        event = event_type();  // no memory for a magazine: destroy it
+        count_destroyed(device, 1);
+      }  // (a checked pool has no caches)
+      cache.owner_count_leases(-1);
+    });
+    if (ended_in_cache) return;
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
@@ -568,41 +565,38 @@ class EventPoolCore {
     return kept;
   }
 
-  // A spare shared lease block from the thread's cache, or nullptr.
-  [[gnu::always_inline]] SharedLeaseBlock *take_spare_block() noexcept {
+  // Runs `use(cache)` on this thread's cache inside its owner section. False, without running it,
+  // where there is none to use: a pool without caches, a thread torn down or without memory for
+  // one, a cache a purger holds. `use` must not throw.
+  template <class Use>
+  [[gnu::always_inline]] bool in_owner_section(Use &&use) noexcept {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        SharedLeaseBlock *block = cache->owner_take_spare_block();
+        use(*cache);
         cache->owner_exit();
-        return block;
+        return true;
       }
     }
-    return nullptr;
+    return false;
+  }
+
+  // A spare shared lease block from the thread's cache, or nullptr.
+  [[gnu::always_inline]] SharedLeaseBlock *take_spare_block() noexcept {
+    SharedLeaseBlock *block = nullptr;
+    in_owner_section([&](auto &cache) { block = cache.owner_take_spare_block(); });
+    return block;
   }
 
   // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
   // deleted.
   [[gnu::always_inline]] void recycle_block(SharedLeaseBlock *block) noexcept {
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        const bool kept = cache->owner_keep_spare_block(block);
-        cache->owner_exit();
-        if (kept) [[likely]]
-          return;
-      }
-    }
-    delete block;
+    bool kept = false;
+    in_owner_section([&](auto &cache) { kept = cache.owner_keep_spare_block(block); });
+    if (!kept) delete block;
   }
 
   void count_leases(std::int64_t delta) noexcept {
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) {
-        cache->owner_count_leases(delta);
-        cache->owner_exit();
-        return;
-      }
-    }
-    settle_leases(delta);
+    if (!in_owner_section([&](auto &cache) { cache.owner_count_leases(delta); })) settle_leases(delta);
   }
 
   void settle_leases(std::int64_t delta) noexcept {
