@@ -121,6 +121,13 @@ TYPED_TEST(BasicEventPoolTest, GetOfAnOrdinalOutsideTheDevicesIsOutOfRange) {
   EXPECT_EQ(this->backend.create_attempts(), 0u);
 }
 
+TYPED_TEST(BasicEventPoolTest, LeasesOfAnOrdinalOutsideTheDevicesAreOutOfRangeAndNameTheCall) {
+  expect_error<std::out_of_range>([&] { (void)this->pool.Lease(3); }, {"Lease", "device ordinal 3", "[0, 3)"});
+  expect_error<std::out_of_range>([&] { (void)this->pool.LeaseShared(-2); },
+                                  {"LeaseShared", "device ordinal -2", "[0, 3)"});
+  EXPECT_EQ(this->backend.create_attempts(), 0u);
+}
+
 TYPED_TEST(BasicEventPoolTest, PutOfAnOrdinalOutsideTheDevicesIsOutOfRangeAndKeepsTheEvent) {
   Event event = this->pool.Get(0);
   const auto token = event.get();

@@ -275,16 +275,39 @@ class EventPoolCore {
 
   /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
   /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
-  /// nothing is held.
+  /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section
+  /// (two sections, one for each, cost a third of a shared lease); anything else goes the way of
+  /// begin_shared_lease_around_hit.
   [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
+    const int device = resolve_device(device_id, "LeaseShared");
+    if constexpr (kCached) {
+      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+        auto &magazines = cache->owner_magazines(device);
+        SharedLeaseBlock *block = cache->owner_take_spare_block();
+        if (block != nullptr && !magazines.loaded.empty()) [[likely]]
+          return fill_block(block, take_and_exit(*cache, magazines, 1), device);
+        if (block != nullptr) (void)cache->owner_keep_spare_block(block);  // room: it was just taken
+        cache->owner_exit();
+      }
+    }
+    return begin_shared_lease_around_hit(device);
+  }
+
+  [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_around_hit(int device) {
     SharedLeaseBlock *block = take_spare_block();
     if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no event
+    handle_type handle;
     try {
-      block->event = begin_lease(device_id);
+      handle = obtain(device, 1);
     } catch (...) {
       recycle_block(block);
       throw;
     }
+    return fill_block(block, handle, device);
+  }
+
+  [[gnu::always_inline]] SharedLeaseBlock *fill_block(SharedLeaseBlock *block, handle_type handle, int device) noexcept {
+    block->event = backend_.adopt(handle, device);
     block->core = this;
     block->fork_generation = detail::fork_generation();
     // Relaxed: the block is the caller's alone until it hands the lease on, which synchronises.
@@ -293,8 +316,32 @@ class EventPoolCore {
   }
 
   /// The last reference to a shared lease is gone: its event goes back as end_lease says, its
-  /// block to this thread's cache. Never throws. May delete the core.
+  /// block to this thread's cache. Never throws. May delete the core. Inlined down to a loaded
+  /// magazine with room, where the event and the block go back in one owner section, as in
+  /// begin_shared_lease.
   [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
+    if constexpr (kCached) {
+      if (!forget && block->event) [[likely]] {
+        if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
+          auto &magazines = cache->owner_magazines(block->event.device_id());
+          if (magazines.has_room()) [[likely]] {
+            magazines.loaded.put(block->event.release());
+            cache->owner_count_leases(-1);
+            const bool kept = cache->owner_keep_spare_block(block);
+            // The lease has ended, but this thread's owner section keeps the core alive until it
+            // exits: close() takes the cache's lease count only after waiting for that.
+            cache->owner_exit();
+            if (!kept) delete block;  // its event is out: deleting it calls no backend
+            return;
+          }
+          cache->owner_exit();
+        }
+      }
+    }
+    end_shared_lease_around_hit(block, forget);
+  }
+
+  [[gnu::noinline]] void end_shared_lease_around_hit(SharedLeaseBlock *block, bool forget) noexcept {
     event_type event = std::move(block->event);
     recycle_block(block);  // before the lease ends: the core lives until then
     end_lease(std::move(event), forget);
