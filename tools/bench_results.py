@@ -1,4 +1,5 @@
-"""Reads Google Benchmark JSON from evpool's contention benchmark; prints tables, writes CSV and plots.
+"""Reads Google Benchmark JSON from evpool's contention benchmark; prints tables, writes CSV,
+Markdown tables and plots.
 
 Benchmark names are <backend>/<workload>/<variant>/real_time/threads:<n>. With repetitions, only
 the median aggregate is used. Which variants and workloads exist, their order and what each
@@ -119,6 +120,27 @@ def write_csv(table, path, known=NO_CATALOGUE):
                                      "" if hit_rate is None else f"{hit_rate:.4f}"])
 
 
+def _three_figures(value):
+    """Three significant figures, thousands separated, as the docs print throughput: 0.765, 93.1,
+    1,429."""
+    return f"{value:,.0f}" if value >= 99.95 else f"{value:#.3g}"
+
+
+def markdown_tables(table, known=NO_CATALOGUE):
+    """Per backend and workload, a Markdown table of throughput (million events per second), the
+    form docs/benchmarks.md publishes."""
+    lines = []
+    for backend, workload in _ordered_keys(table, known):
+        by_variant = table[(backend, workload)]
+        variants = _ordered(by_variant, known["variants"])
+        lines += [f"### {backend}/{workload}", "", "| threads | " + " | ".join(variants) + " |",
+                  "|---:|" + "---:|" * len(variants)]
+        lines += ["| " + " | ".join(row) + " |"
+                  for row in _by_thread_count(by_variant, variants, lambda v, t, p: _three_figures(p[0] / 1e6))]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _si(value, _position=None):
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= scale:
@@ -176,8 +198,10 @@ def report(json_path, out_dir):
     print(format_tables(table, known))
     csv_path = pathlib.Path(out_dir) / "results.csv"
     write_csv(table, csv_path, known)
+    markdown_path = pathlib.Path(out_dir) / "tables.md"
+    markdown_path.write_text(markdown_tables(table, known))
     plots = plot(table, context, out_dir, known)
-    print(f"\nresults: {json_path}\n         {csv_path}")
+    print(f"\nresults: {json_path}\n         {csv_path}\n         {markdown_path}")
     for path in plots:
         print(f"         {path}")
 
