@@ -170,5 +170,29 @@ TYPED_TEST(AllocationFailure, ASharedLeaseAllocatesNoBlockOnceItsThreadHasEndedO
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
+// The spare block taken on the inlined way, where the loaded magazine turns out empty (after a
+// Purge), goes on with the lease around the cache; if that lease cannot get an event, the block
+// goes back to the cache, so the next lease still allocates nothing. Fails if the way around the
+// cache drops the block it is handed, or takes another.
+TYPED_TEST(AllocationFailure, ASpareBlockSurvivesAnEmptyMagazineAndAFailedCreate) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend backend(1);
+    typename TestFixture::Pool pool(backend);
+    for (int warm = 0; warm < 2; ++warm) (void)pool.LeaseShared(0);  // a spare block, a magazine
+    pool.Purge();  // the magazine goes: the next lease finds a block and no event
+    backend.inject_create_fault([](std::uint64_t, int) { return true; });
+    EXPECT_THROW(pool.LeaseShared(0), HostBackendFault);
+    backend.inject_create_fault({});
+    allocations_until_failure = 0;
+    auto lease = pool.LeaseShared(0);
+    allocations_until_failure = -1;
+    EXPECT_TRUE(lease) << "the block the failed lease took is back in the cache";
+    lease.reset();
+    const DeviceStats figures = pool.stats().devices[0];
+    EXPECT_EQ(figures.outstanding, 0);
+    EXPECT_EQ(figures.gets, figures.puts);
+  }
+}
+
 }  // namespace
 }  // namespace evpool

@@ -29,6 +29,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -41,6 +42,7 @@
 #include "evpool/basic_event_pool.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
+#include "tracked_backend.h"
 
 namespace evpool {
 namespace {
@@ -514,6 +516,53 @@ TYPED_TEST(Interleavings, ArenaGrowsAcrossAChunkBoundaryUnderConcurrentPuts) {
   const Scenario scenario{.prewarm = std::vector<int>(63, 0),
                           .threads = {{Reserve(0, 2)}, {Reserve(0, 2)}}};
   expect_none(explore_exhaustively<TypeParam>(scenario, 2, "Puts growing the arena past node 63"));
+}
+
+// A shared lease that ends on the inlined way (its thread's cache warm: a spare block, room in the
+// loaded magazine) while another thread destroys the pool. close() reads each cache's lease count
+// once the owner's section is over, so the end must change the count inside its section: changed
+// after owner_exit, it can land after close() has read it, and the core is never deleted. Every
+// schedule with one preemption; the pool's core must be gone, and every event destroyed, once both
+// threads are done.
+TYPED_TEST(Interleavings, ASharedLeaseEndingWhileAnotherThreadDestroysThePool) {
+  using Pool = BasicEventPool<test::TrackedBackend, TypeParam>;
+  BoundedExhaustiveStrategy strategy(1);
+  long schedules = 0, core_alive = 0, not_destroyed = 0;
+  do {
+    HostBackend backend(1);
+    test::TrackedBackend tracked(backend);
+    const std::weak_ptr<const int> core = tracked.watch();
+    std::optional<Pool> pool;
+    {
+      DeterministicScheduler::StepBudget budget;
+      pool.emplace(std::move(tracked));
+    }
+    bool lease_begun = false;  // one thread runs at a time: the scheduler orders these accesses
+    DeterministicScheduler::run(
+        {[&] {
+           for (int warm = 0; warm < 2; ++warm) {
+             auto lease = pool->LeaseShared(0);
+             auto copy = lease;
+           }
+           auto last = pool->LeaseShared(0);
+           lease_begun = true;
+           last.reset();
+         },
+         [&] {
+           while (!lease_begun) DeterministicScheduler::yield_to_others();
+           pool.reset();
+         }},
+        strategy);
+    ++schedules;
+    if (!core.expired()) ++core_alive;
+    if (backend.created() != backend.destroyed()) ++not_destroyed;
+  } while (strategy.next_schedule());
+  std::printf("[ explored ] a shared lease ending while the pool is destroyed (%s): %ld schedules, preemption "
+              "bound 1; core alive after all in %ld, events not destroyed in %ld\n",
+              policy_name<TypeParam>().c_str(), schedules, core_alive, not_destroyed);
+  std::fflush(stdout);
+  EXPECT_EQ(core_alive, 0) << "the pool and its last lease are gone: the core must be too";
+  EXPECT_EQ(not_destroyed, 0) << "every event must be destroyed once the pool and the lease are gone";
 }
 
 TYPED_TEST(Interleavings, ThreeThreadsOfEveryKindRandomSample) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "tracked_backend.h"
 
 namespace evpool {
 namespace {
@@ -109,6 +111,28 @@ TYPED_TEST(SharedLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
   EXPECT_EQ(backend.destroyed(), 0u);
   lease.reset();
   copy.reset();
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
+
+// The same on the inlined way: the thread's cache holds a spare block and a loaded magazine when
+// the last lease begins and ends, so both ends count the lease in the cache (one owner section
+// each way). The pool's core must outlive the lease alive at its destruction, and die with it.
+// Fails if either end skips the cache's lease count (the core dies early, or never).
+TYPED_TEST(SharedLease, OnTheInlinedWayTheCoreLivesExactlyAsLongAsTheLastLease) {
+  using Pool = BasicEventPool<test::TrackedBackend, TypeParam>;
+  HostBackend backend(1);
+  test::TrackedBackend tracked(backend);
+  const std::weak_ptr<const int> core = tracked.watch();
+  std::optional<Pool> pool(std::in_place, std::move(tracked));
+  for (int warm = 0; warm < 3; ++warm) {
+    auto lease = pool->LeaseShared(0);
+    auto copy = lease;
+  }
+  auto last = pool->LeaseShared(0);
+  pool.reset();
+  EXPECT_FALSE(core.expired()) << "a lease is alive: the core must live on";
+  last.reset();
+  EXPECT_TRUE(core.expired()) << "the last lease must delete the core";
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 

@@ -277,24 +277,25 @@ class EventPoolCore {
   /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
   /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section
   /// (two sections, one for each, cost a third of a shared lease); anything else goes the way of
-  /// begin_shared_lease_around_hit.
+  /// begin_shared_lease_around_hit, with the spare block if the section took one.
   [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
     const int device = resolve_device(device_id, "LeaseShared");
+    SharedLeaseBlock *block = nullptr;
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
         auto &magazines = cache->owner_magazines(device);
-        SharedLeaseBlock *block = cache->owner_take_spare_block();
+        block = cache->owner_take_spare_block();
         if (block != nullptr && !magazines.loaded.empty()) [[likely]]
           return fill_block(block, take_and_exit(*cache, magazines, 1), device);
-        if (block != nullptr) (void)cache->owner_keep_spare_block(block);  // room: it was just taken
         cache->owner_exit();
       }
     }
-    return begin_shared_lease_around_hit(device);
+    return begin_shared_lease_around_hit(block, device);
   }
 
-  [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_around_hit(int device) {
-    SharedLeaseBlock *block = take_spare_block();
+  // `block`: the spare block the inlined way took, or nullptr if it found none (or found no
+  // cache to look in: then there is none to take either).
+  [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_around_hit(SharedLeaseBlock *block, int device) {
     if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no event
     handle_type handle;
     try {
@@ -625,13 +626,6 @@ class EventPoolCore {
       }
     }
     return false;
-  }
-
-  // A spare shared lease block from the thread's cache, or nullptr.
-  [[gnu::always_inline]] SharedLeaseBlock *take_spare_block() noexcept {
-    SharedLeaseBlock *block = nullptr;
-    in_owner_section([&](auto &cache) { block = cache.owner_take_spare_block(); });
-    return block;
   }
 
   // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
