@@ -275,8 +275,9 @@ class EventPoolCore {
 
   /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
   /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
-  /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section
-  /// (two sections, one for each, cost a third of a shared lease); anything else goes the way of
+  /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section (a
+  /// section for each, and two more at the end, cost 11% of the rate on the H200 host:
+  /// docs/benchmarks.md, "What a shared lease costs"); anything else goes the way of
   /// begin_shared_lease_around_hit, with the spare block if the section took one.
   [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
     const int device = resolve_device(device_id, "LeaseShared");
@@ -330,7 +331,9 @@ class EventPoolCore {
             cache->owner_count_leases(-1);
             const bool kept = cache->owner_keep_spare_block(block);
             // The lease has ended, but this thread's owner section keeps the core alive until it
-            // exits: close() takes the cache's lease count only after waiting for that.
+            // exits: close() takes the cache's lease count only after waiting for that. So the
+            // count changes before owner_exit, or close() may read it first and the core never
+            // dies (Interleavings.ASharedLeaseEndingWhileAnotherThreadDestroysThePool).
             cache->owner_exit();
             if (!kept) delete block;  // its event is out: deleting it calls no backend
             return;
