@@ -13,8 +13,7 @@
 // Host backend (the pool's code alone), one thread, cache warm: no depot, no contention.
 #include <benchmark/benchmark.h>
 
-#include <utility>
-
+#include "contention_case.h"  // the contention workloads' loops: run_pair, run_lease, run_lease_shared
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 
@@ -29,21 +28,15 @@ struct Fixture {
 
 void pair(benchmark::State &state) {
   Fixture fixture;
-  for (auto _ : state) {
-    auto event = fixture.pool.Get(0);
-    benchmark::DoNotOptimize(event);
-    fixture.pool.Put(std::move(event), 0);
-  }
+  evpool::bench::run_pair(state, fixture.pool, 0);
 }
 
 void lease(benchmark::State &state) {
   Fixture fixture;
-  for (auto _ : state) {
-    auto lease = fixture.pool.Lease(0);
-    benchmark::DoNotOptimize(lease);
-  }
+  evpool::bench::run_lease(state, fixture.pool, 0);
 }
 
+// The one step the contention workloads have no loop for.
 void lease_shared_alone(benchmark::State &state) {
   Fixture fixture;
   for (auto _ : state) {
@@ -54,11 +47,7 @@ void lease_shared_alone(benchmark::State &state) {
 
 void lease_shared_copied(benchmark::State &state) {
   Fixture fixture;
-  for (auto _ : state) {
-    auto lease = fixture.pool.LeaseShared(0);
-    auto copy = lease;
-    benchmark::DoNotOptimize(copy);
-  }
+  evpool::bench::run_lease_shared(state, fixture.pool, 0);
 }
 
 BENCHMARK(pair);
