@@ -1,6 +1,6 @@
-// evpool bench: a bounded single-producer single-consumer ring that carries raw event handles from
-// one thread to another in batches: the carrier of the handoff workload, and the way back of the
-// `carrier` reference variant.
+// evpool bench: a bounded single-producer single-consumer ring that carries raw event handles (or
+// shared leases, moved) from one thread to another in batches: the carrier of the handoff and
+// lease-handoff workloads, and the way back of the `carrier` reference variant.
 //
 // Why batches: a ring that publishes every handle on its own moves its shared indices between the
 // two cores once per event, and that capped every variant of handoff at 2-3 M/s on the H200,
@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <thread>
+#include <utility>
 
 #include "evpool/detail/cache_line_padded.h"
 
@@ -29,14 +30,15 @@ class BatchRing {
   /// The most handles in the ring at once.
   static constexpr std::size_t kCapacity = kBatch * kBatches;
 
-  /// Producer only. Appends `handle` to the batch being filled, and publishes the batch with its
-  /// kBatch-th handle. False, with nothing changed, while every slot holds an unconsumed batch.
-  bool try_push(Handle handle) noexcept {
+  /// Producer only. Moves `handle` into the batch being filled, and publishes the batch with its
+  /// kBatch-th handle. False, with nothing changed (`handle` too), while every slot holds an
+  /// unconsumed batch.
+  bool try_push(Handle &&handle) noexcept {
     Cursor &cursor = producer_.value;
     // Acquire: the consumer's reads of the slot about to be refilled happened before.
     if (cursor.in_batch == 0 && cursor.batch - consumed_.value.load(std::memory_order_acquire) == kBatches)
       return false;
-    slots_[cursor.batch % kBatches].handles[cursor.in_batch] = handle;
+    slots_[cursor.batch % kBatches].handles[cursor.in_batch] = std::move(handle);
     if (++cursor.in_batch == kBatch) {
       cursor.in_batch = 0;
       // Release: publishes the batch's handles to the consumer.
@@ -47,7 +49,7 @@ class BatchRing {
 
   /// Producer only. try_push, yielding while the ring is full.
   void push(Handle handle) noexcept {
-    while (!try_push(handle)) std::this_thread::yield();
+    while (!try_push(std::move(handle))) std::this_thread::yield();
   }
 
   /// Consumer only. Takes the next handle of the oldest published batch, and hands the slot back
@@ -58,7 +60,7 @@ class BatchRing {
     // Acquire: pairs with try_push's release, so that the batch's handles are visible.
     if (cursor.in_batch == 0 && published_.value.load(std::memory_order_acquire) == cursor.batch)
       return false;
-    handle = slots_[cursor.batch % kBatches].handles[cursor.in_batch];
+    handle = std::move(slots_[cursor.batch % kBatches].handles[cursor.in_batch]);
     if (++cursor.in_batch == kBatch) {
       cursor.in_batch = 0;
       // Release: the producer may refill the slot once it sees this store.

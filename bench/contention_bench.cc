@@ -4,8 +4,8 @@
 // Names are <backend>/<workload>/<variant>/real_time/threads:<n>:
 //   backend   host (HostBackend tokens: the pools' own cost) or cuda (real events; GPU hosts only)
 //   workload  one of the table in workloads.h: what each thread does, where it runs, which
-//             variants apply and what the reports compare with. lease and lease-shared apply to
-//             the evpool variants only: the other designs have no leases.
+//             variants apply and what the reports compare with. lease, lease-shared and
+//             lease-handoff apply to the evpool variants only: the other designs have no leases.
 //   variant   one of the list in variants.h: evpool under its policies, the competitors, and the
 //             references private (thread-private stacks) and, in handoff, carrier (no pool).
 // `--list` prints both tables as JSON, the same JSON the runs carry in their context as
@@ -138,7 +138,7 @@ void register_case(const Options &options) {
   auto *benchmark = benchmark::RegisterBenchmark(name.c_str(), &C::Run);
   benchmark->Setup(&C::Setup)->Teardown(&C::Teardown)->UseRealTime();
   for (int threads : options.threads)
-    if (kWorkload != Workload::kHandoff || (threads >= 2 && threads % 2 == 0)) benchmark->Threads(threads);
+    if (!C::kInPairs || (threads >= 2 && threads % 2 == 0)) benchmark->Threads(threads);
 }
 
 template <class Factory, Workload kWorkload>

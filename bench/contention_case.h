@@ -114,6 +114,19 @@ std::int64_t run_lease(benchmark::State &state, Pool &pool, int device) {
   return state.iterations();
 }
 
+// A producer begins a batch of shared leases and sends it; its consumer drops them, which ends them.
+template <class Pool, class Ring>
+std::int64_t run_lease_handoff(benchmark::State &state, Pool &pool, int device, Ring &ring, HandoffRole role) {
+  if (role == HandoffRole::kProducer) {
+    for (auto _ : state)
+      for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.push(pool.LeaseShared(device));
+    return 0;
+  }
+  for (auto _ : state)
+    for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.pop().reset();
+  return state.iterations() * static_cast<std::int64_t>(kHandoffBatch);
+}
+
 template <class Pool>
 std::int64_t run_lease_shared(benchmark::State &state, Pool &pool, int device) {
   for (auto _ : state) {
@@ -126,6 +139,17 @@ std::int64_t run_lease_shared(benchmark::State &state, Pool &pool, int device) {
 
 // ---- The benchmark ----------------------------------------------------------------------------
 
+// What a handoff ring carries: raw handles, or the shared leases of an evpool variant (named only
+// where the workload is lease-handoff, which applies to those alone).
+template <class Backend, class Variant, Workload kWorkload>
+struct HandedOver {
+  using type = typename Backend::handle_type;
+};
+template <class Backend, class Variant>
+struct HandedOver<Backend, Variant, Workload::kLeaseHandoff> {
+  using type = decltype(std::declval<Variant &>().source(0).LeaseShared(0));
+};
+
 /// `Factory` makes the backend (host or cuda); `Variant` is built over it. Setup and Teardown run
 /// on one thread around each run; Run runs on every benchmark thread.
 template <class Factory, class Variant, Workload kWorkload>
@@ -134,10 +158,11 @@ struct Case {
   static constexpr WorkloadInfo kInfo = info(kWorkload);
   static constexpr bool kOnStreams =
       kWorkload == Workload::kSync || kWorkload == Workload::kSchedule || kWorkload == Workload::kWait;
-  using Ring = HandoffRing<typename Backend::handle_type>;
+  static constexpr bool kInPairs = kWorkload == Workload::kHandoff || kWorkload == Workload::kLeaseHandoff;
+  using Ring = HandoffRing<typename HandedOver<Backend, Variant, kWorkload>::type>;
 
   static inline std::unique_ptr<Variant> variant;
-  static inline std::unique_ptr<Ring[]> rings;  // handoff: one per producer and consumer pair
+  static inline std::unique_ptr<Ring[]> rings;  // handoffs: one per producer and consumer pair
   static inline std::vector<ThreadStreams> streams;  // sync, schedule, wait: one per thread
   static inline int devices = 1;
 
@@ -147,7 +172,7 @@ struct Case {
 
   // What the thread holds at most, so that pre-warming makes the run measure reuse.
   static int events_held(int thread) {
-    if constexpr (kWorkload == Workload::kHandoff)
+    if constexpr (kInPairs)
       return thread % 2 == 0 ? static_cast<int>(kHandoffEventsPerPair<typename Backend::handle_type>) : 0;
     return kInfo.events_per_iteration;
   }
@@ -157,7 +182,7 @@ struct Case {
     const Backend backend = Factory::make(kInfo.placement);
     devices = backend.device_count();
     variant = std::make_unique<Variant>(backend, threads);
-    if constexpr (kWorkload == Workload::kHandoff)
+    if constexpr (kInPairs)
       rings = std::make_unique<Ring[]>(static_cast<std::size_t>(threads / 2));
     if constexpr (kOnStreams) {
       for (int t = 0; t < threads; ++t) streams.push_back(ThreadStreams::open(device_of_thread(t)));
@@ -206,6 +231,9 @@ struct Case {
       events = run_lease(state, source, device);
     else if constexpr (kWorkload == Workload::kLeaseShared)
       events = run_lease_shared(state, source, device);
+    else if constexpr (kWorkload == Workload::kLeaseHandoff)
+      events = run_lease_handoff(state, source, device, rings[static_cast<std::size_t>(thread / 2)],
+                                 thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer);
     if (errors.error() != cudaSuccess) state.SkipWithError(cudaGetErrorString(errors.error()));
     state.SetItemsProcessed(events);
     if (thread == 0) {

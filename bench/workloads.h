@@ -10,9 +10,9 @@
 namespace evpool::bench {
 
 enum class Workload {
-  kPair, kBurst, kBurst64, kHandoff, kSpread, kSync, kSchedule, kWait, kLease, kLeaseShared
+  kPair, kBurst, kBurst64, kHandoff, kSpread, kSync, kSchedule, kWait, kLease, kLeaseShared, kLeaseHandoff
 };
-inline constexpr std::size_t kWorkloadCount = 10;
+inline constexpr std::size_t kWorkloadCount = 11;
 
 /// Kinds of variant (bench/variants.h), as bits: a workload applies to some kinds.
 enum VariantKind : unsigned {
@@ -93,6 +93,12 @@ inline constexpr WorkloadInfo kWorkloads[kWorkloadCount] = {
     {.workload = Workload::kLeaseShared, .name = "lease-shared", .variant_kinds = kEvpoolFamily,
      .reference = "pair/private", .backends = Backends::kHostAndCuda,
      .placement = Placement::kDeviceZero, .events_per_iteration = 1},
+    // threads in pairs, as handoff: thread 2k begins a batch of 64 shared leases and moves them
+    // through a BatchRing to thread 2k+1, which drops them (a completion thread ending what a
+    // scheduler began); counted where they end. The limit: the same events handed over bare.
+    {.workload = Workload::kLeaseHandoff, .name = "lease-handoff", .variant_kinds = kEvpoolFamily,
+     .reference = "handoff/evpool", .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero, .events_per_iteration = 64},
 };
 
 consteval bool in_enum_order() {

@@ -170,6 +170,39 @@ TYPED_TEST(AllocationFailure, ASharedLeaseAllocatesNoBlockOnceItsThreadHasEndedO
   EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
+// Shared leases that another thread ends (a completion thread) come back to the thread that began
+// them through the pool's spare block depot (spare_block_depot.h): the ending thread hands each
+// full stack of spare blocks over, and the rest when it exits, so the beginner's next leases
+// allocate nothing. Purge deletes the depot's blocks: after it, the beginner allocates again.
+// Fails if a full stack is deleted instead of handed over (the first round allocates), if the
+// exiting thread keeps its last stack (the leases past 48 allocate), or if Purge keeps them.
+TYPED_TEST(AllocationFailure, SharedLeasesEndedOnAnotherThreadComeBackWithoutAllocating) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend backend(1);
+    typename TestFixture::Pool pool(backend);
+    constexpr int kLeases = 64;  // four stacks of spare blocks
+    std::vector<typename TestFixture::Pool::shared_lease> leases;
+    leases.reserve(kLeases);
+    const auto begin_here = [&] {
+      for (int i = 0; i < kLeases; ++i) leases.push_back(pool.LeaseShared(0));
+    };
+    const auto end_there = [&] { std::thread([&] { leases.clear(); }).join(); };
+    begin_here();  // allocates every block
+    end_there();
+    allocations_until_failure = 0;
+    EXPECT_NO_THROW(begin_here()) << "a block was allocated: the ending thread's blocks did not come back";
+    allocations_until_failure = -1;
+    EXPECT_EQ(leases.size(), static_cast<std::size_t>(kLeases));
+    end_there();
+    pool.Purge();
+    allocations_until_failure = 0;
+    EXPECT_THROW(pool.LeaseShared(0), std::bad_alloc) << "Purge deletes the depot's blocks";
+    allocations_until_failure = -1;
+    EXPECT_EQ(backend.created(), static_cast<std::uint64_t>(kLeases));
+    leases.clear();
+  }
+}
+
 // The spare block taken on the inlined way, where the loaded magazine turns out empty (after a
 // Purge), goes on with the lease around the cache; if that lease cannot get an event, the block
 // goes back to the cache, so the next lease still allocates nothing. Fails if the way around the

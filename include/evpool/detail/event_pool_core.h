@@ -47,7 +47,8 @@
 // bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
 // progress), adds their counts into `lease_balance_` and removes its bias; whoever brings the
 // balance to zero deletes the core. A lease that ends after its pool is gone destroys its event.
-// A shared lease's control block is recycled through the same caches (shared_lease_block.h).
+// A shared lease's control block is recycled through the same caches (shared_lease_block.h), and
+// between threads through the pool's spare block depot (spare_block_depot.h).
 //
 // ABA: Get, Put and the caches move magazines between stacks and threads in every order, and Trim,
 // Purge and leases reorder them further, so an ABA on a head would corrupt the depot: the 40-bit
@@ -85,6 +86,7 @@
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/registry_lock.h"
 #include "evpool/detail/shared_lease_block.h"
+#include "evpool/detail/spare_block_depot.h"
 #include "evpool/detail/tagged_index_stack.h"
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
@@ -159,6 +161,7 @@ class EventPoolCore {
       });
       caches_.clear();
       leased += retired_leases_;
+      spare_block_depot_.delete_all();  // no cache can give or take any more
     }
     // Release: a lease that ends later and sees it (acquire) destroys its event instead.
     closed_.store(true, std::memory_order_release);
@@ -238,6 +241,7 @@ class EventPoolCore {
       std::lock_guard lock(registry_lock_);
       drain_caches(keep_per_device > 0);
       trim_depots(keep_per_device);
+      spare_block_depot_.delete_all();  // memory the leases' peak left, not idle events
       caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
     } else {
       trim_depots(keep_per_device);
@@ -285,7 +289,7 @@ class EventPoolCore {
     if constexpr (kCached) {
       if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
         auto &magazines = cache->owner_magazines(device);
-        block = cache->owner_take_spare_block();
+        block = take_spare_block(*cache);
         if (block != nullptr && !magazines.loaded.empty()) [[likely]]
           return fill_block(block, take_and_exit(*cache, magazines, 1), device);
         cache->owner_exit();
@@ -329,7 +333,7 @@ class EventPoolCore {
           if (magazines.has_room()) [[likely]] {
             magazines.loaded.put(block->event.release());
             cache->owner_count_leases(-1);
-            const bool kept = cache->owner_keep_spare_block(block);
+            const bool kept = keep_spare_block(*cache, block);
             // The lease has ended, but this thread's owner section keeps the core alive until it
             // exits: close() takes the cache's lease count only after waiting for that. So the
             // count changes before owner_exit, or close() may read it first and the core never
@@ -495,11 +499,13 @@ class EventPoolCore {
   using Cache = ThreadCache<EventPoolCore>;
   using Slot = typename Cache::Slot;
 
-  /// The owner thread is exiting, inside its owner section: its magazines go to the depots. In a
-  /// fork child whose thread exits before any call on this pool, the check forgets them first.
+  /// The owner thread is exiting, inside its owner section: its magazines go to the depots, its
+  /// spare blocks to the spare block depot. In a fork child whose thread exits before any call on
+  /// this pool, the check forgets the magazines first.
   void flush_exiting_cache(Cache &cache) noexcept {
     forget_events_of_parent_process();
     return_magazines(cache);
+    (void)hand_spare_blocks_over(cache.purger_spare_blocks());
   }
 
  private:
@@ -635,7 +641,7 @@ class EventPoolCore {
   // deleted.
   [[gnu::always_inline]] void recycle_block(SharedLeaseBlock *block) noexcept {
     bool kept = false;
-    in_owner_section([&](auto &cache) { kept = cache.owner_keep_spare_block(block); });
+    in_owner_section([&](auto &cache) { kept = keep_spare_block(cache, block); });
     if (!kept) delete block;
   }
 
@@ -646,6 +652,43 @@ class EventPoolCore {
   void settle_leases(std::int64_t delta) noexcept {
     // Acq_rel: the one that reaches zero sees every other user's last use of the core.
     if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) delete this;
+  }
+
+  // ---- Spare shared-lease blocks (shared_lease_block.h, spare_block_depot.h) --------------------
+
+  // A spare block for a shared lease that begins in the cache's owner section: one the cache
+  // keeps, or else the first of a bundle from the depot, whose rest the cache keeps; nullptr if
+  // neither has one.
+  [[gnu::always_inline]] SharedLeaseBlock *take_spare_block(Cache &cache) noexcept {
+    if (SharedLeaseBlock *block = cache.owner_spare_blocks().take()) [[likely]]
+      return block;
+    return take_spare_bundle(cache);
+  }
+
+  [[gnu::noinline]] SharedLeaseBlock *take_spare_bundle(Cache &cache) noexcept {
+    std::uint32_t count;
+    SharedLeaseBlock *first = spare_block_depot_.take(count);
+    if (first != nullptr) cache.owner_spare_blocks().adopt(first->next_spare, count - 1);
+    return first;
+  }
+
+  // Keeps the block of a shared lease that ends in the cache's owner section. A cache whose stack
+  // is full hands it to the depot first. False if that found no memory for a bundle: the caller
+  // deletes the block.
+  [[gnu::always_inline]] bool keep_spare_block(Cache &cache, SharedLeaseBlock *block) noexcept {
+    auto &spare = cache.owner_spare_blocks();
+    if (spare.keep(block)) [[likely]]
+      return true;
+    return hand_spare_blocks_over(spare) && spare.keep(block);
+  }
+
+  // A cache's spare blocks go to the depot. False, and they stay, if it had no node for them.
+  [[gnu::noinline]] bool hand_spare_blocks_over(SpareBlocks<SharedLeaseBlock> &spare) noexcept {
+    std::uint32_t count;
+    SharedLeaseBlock *first = spare.take_all(count);
+    if (first == nullptr || spare_block_depot_.give(first, count)) return true;
+    spare.adopt(first, count);
+    return false;
   }
 
   // ---- The cache: owner side (between owner_enter and owner_exit) -------------------------------
@@ -810,6 +853,7 @@ class EventPoolCore {
         [this](Cache &cache) {
           if (!cache.abandoned()) return false;
           return_magazines(cache);
+          (void)hand_spare_blocks_over(cache.purger_spare_blocks());
           retired_leases_ += cache.purger_leases();
           fold_counts(cache);
           return true;
@@ -1001,6 +1045,7 @@ class EventPoolCore {
   ForkGuard fork_guard_;
   Arena arena_;
   std::unique_ptr<DeviceDepot[]> depots_;
+  SpareBlockDepot<SharedLeaseBlock, Policy::template atomic, Stack> spare_block_depot_;
   std::unique_ptr<SharedCallCounts[]> counts_;  // per device; only with Policy::count_calls
   std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 

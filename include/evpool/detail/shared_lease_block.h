@@ -7,21 +7,21 @@
 // their count. Allocating each block with `new` and freeing it with `delete` cost a shared lease
 // more than the rest of it together (on the development machine 28 ns for the pair, against 12 ns
 // for a whole unique lease), so blocks are recycled as events are: the thread that ends a shared
-// lease keeps the block in its cache for that pool (ThreadCache::owner_keep_spare_block), and the
+// lease keeps the block in its cache for that pool (ThreadCache::owner_spare_blocks), and the
 // next shared lease that thread begins takes it back. A block is plain memory, so like an event it
 // belongs to whichever thread ends the lease, never to the one that made it.
 //
-// Only the thread that ends a shared lease gets its block back: a producer whose leases another
-// thread ends (a completion thread, a stream callback) allocates every block, and the ending thread
-// keeps kCapacity of them and deletes the rest. Handing whole stacks of spare blocks back through a
-// pool-wide stack, as magazines travel, would serve that pattern too; it is not done.
-//
-// A cache keeps at most kCapacity spare blocks; more are deleted. They leave with the cache: its
-// destructor deletes them, once both the thread and the pool have let go of it. A pool without
-// caches (cache_capacity 0, or checked mode) allocates and deletes every block.
+// A producer whose leases another thread ends (a completion thread, a stream callback) would then
+// allocate every block, and the ending thread pile them up: so a cache keeps at most kCapacity
+// spare blocks, and hands a full stack of them to its pool's depot (spare_block_depot.h), where a
+// thread whose stack is empty takes a whole one back. What a cache keeps when the pool is
+// destroyed leaves with the cache: its destructor deletes them, once both the thread and the pool
+// have let go of it. A pool without caches (cache_capacity 0, or checked mode) allocates and
+// deletes every block.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 namespace evpool::detail {
 
@@ -38,8 +38,9 @@ struct SharedLeaseBlock {
   SharedLeaseBlock *next_spare = nullptr;
 };
 
-/// A cache's spare blocks, a stack linked through `next_spare`. Only the cache's owner thread,
-/// inside its owner section, takes and keeps; the destructor runs when no one else can reach it.
+/// A cache's spare blocks, a stack linked through `next_spare`. Used as the cache's magazines are:
+/// by its owner thread inside its owner section, or by a purger that holds the cache; the
+/// destructor runs when no one else can reach it.
 template <class Block>
 class SpareBlocks {
  public:
@@ -61,13 +62,25 @@ class SpareBlocks {
     }
     return block;
   }
-  /// Keeps `block` (whose event is empty); false if the stack is full (the caller deletes it).
+  /// Keeps `block` (whose event is empty); false if the stack is full (the caller deals with it).
   bool keep(Block *block) noexcept {
     if (count_ == kCapacity) return false;
     block->next_spare = top_;
     top_ = block;
     ++count_;
     return true;
+  }
+
+  /// Gives up every block: the chain's top (linked through `next_spare`), its length in `count`.
+  Block *take_all(std::uint32_t &count) noexcept {
+    count = std::exchange(count_, 0);
+    return std::exchange(top_, nullptr);
+  }
+  /// Takes the chain of `count` <= kCapacity blocks that begins at `first` (nullptr if 0); the
+  /// stack must be empty.
+  void adopt(Block *first, std::uint32_t count) noexcept {
+    top_ = first;
+    count_ = count;
   }
 
  private:

@@ -255,10 +255,8 @@ class ThreadCache final : public ThreadCacheLink {
     leases_.store(leases_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   }
 
-  /// A spare shared lease block (shared_lease_block.h), or nullptr.
-  typename Pool::SharedLeaseBlock *owner_take_spare_block() noexcept { return spare_blocks_.take(); }
-  /// Keeps a block whose lease has ended; false if the cache has enough (the caller deletes it).
-  bool owner_keep_spare_block(typename Pool::SharedLeaseBlock *block) noexcept { return spare_blocks_.keep(block); }
+  /// The spare blocks of shared leases this thread ended (shared_lease_block.h).
+  SpareBlocks<typename Pool::SharedLeaseBlock> &owner_spare_blocks() noexcept { return spare_blocks_; }
 
   /// Whether the pool has closed the cache for good (the owner then returns events by itself).
   bool closed() const noexcept { return bypass_.load(std::memory_order_acquire) == kClosed; }
@@ -276,6 +274,7 @@ class ThreadCache final : public ThreadCacheLink {
   }
 
   DeviceMagazines &purger_magazines(int device) noexcept { return magazine_table()[device]; }
+  SpareBlocks<typename Pool::SharedLeaseBlock> &purger_spare_blocks() noexcept { return spare_blocks_; }
   int device_count() const noexcept { return device_count_; }
   std::int64_t purger_leases() const noexcept { return leases_.load(std::memory_order_relaxed); }
 
@@ -340,7 +339,7 @@ class ThreadCache final : public ThreadCacheLink {
   Atomic<std::uint32_t> bypass_{open_state()};
   Atomic<std::int64_t> leases_{0};
   int device_count_;
-  SpareBlocks<typename Pool::SharedLeaseBlock> spare_blocks_;  // owner only; deleted with the cache
+  SpareBlocks<typename Pool::SharedLeaseBlock> spare_blocks_;  // as the magazines; deleted with the cache
   // Cold: written once or twice in the cache's life, or under the registry lock, and outside the
   // owner/purger protocol, so std::atomic rather than the policy's (the deterministic scheduler
   // need not interleave them; cache_registry_test.cc drives the registry's stores itself).
