@@ -1,5 +1,5 @@
 // SpareBlockDepot under concurrency: threads hand chains of blocks to one depot and take bundles
-// back, in random sizes, while another thread deletes everything the depot holds from time to
+// back, in bundles of random sizes, while another thread deletes everything the depot holds from time to
 // time (as Trim does). Checked: no block is held by two threads at once (each holder marks it), and
 // none is lost or deleted twice (at the end, once the depot and every thread have deleted what
 // they hold, no block is alive; a double delete is what ASan, which ./tools/test runs this suite
@@ -22,6 +22,7 @@ namespace evpool {
 namespace {
 
 using test::CountedBlock;
+using test::CountedSpareBlocks;
 using Depot = detail::SpareBlockDepot<CountedBlock, std::atomic, detail::TaggedIndexStack<std::atomic>>;
 
 class SpareBlockDepotConcurrency : public testing::TestWithParam<int> {};
@@ -50,27 +51,19 @@ TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLost) {
       };
       for (int round = 0; round < kRounds; ++round) {
         if (random() % 2 == 0) {
-          std::uint32_t count = 0;
-          CountedBlock *first = depot.take(count);
-          std::uint32_t walked = 0;
-          for (CountedBlock *block = first; block != nullptr; ++walked) {
-            CountedBlock *next = block->next_spare;
-            hold(block);
-            block = next;
-          }
-          if (walked != count) ++held_twice;  // a chain that is not what was given
+          CountedSpareBlocks spare;
+          if (depot.take(spare))
+            while (CountedBlock *block = spare.take()) hold(block);
           while (held.size() < kMostHeld / 2) hold(new CountedBlock);
         } else if (!held.empty()) {
-          const auto size = static_cast<std::uint32_t>(1 + random() % std::min<std::size_t>(held.size(), 16));
-          CountedBlock *first = nullptr;
-          for (std::uint32_t i = 0; i < size; ++i) {
-            CountedBlock *block = held.back();
+          CountedSpareBlocks spare;
+          const auto size = 1 + random() % std::min<std::size_t>(held.size(), CountedSpareBlocks::kCapacity);
+          for (std::size_t i = 0; i < size; ++i) {
+            held.back()->holders.fetch_sub(1, std::memory_order_relaxed);
+            spare.keep(held.back());
             held.pop_back();
-            block->holders.fetch_sub(1, std::memory_order_relaxed);
-            block->next_spare = first;
-            first = block;
           }
-          EXPECT_TRUE(depot.give(first, size));  // fails only without memory
+          EXPECT_TRUE(depot.give(spare));  // fails only without memory
         }
         while (held.size() > kMostHeld) {
           held.back()->holders.fetch_sub(1, std::memory_order_relaxed);
@@ -86,7 +79,7 @@ TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLost) {
     done.store(true, std::memory_order_relaxed);
     deleter.join();
   }
-  EXPECT_EQ(held_twice.load(), 0) << "a block was held by two threads at once, or a bundle lost part of its chain";
+  EXPECT_EQ(held_twice.load(), 0) << "a block was held by two threads at once";
   EXPECT_EQ(CountedBlock::live(), live_before) << "blocks were lost (or deleted twice)";
 }
 

@@ -1,6 +1,7 @@
-// SpareBlockDepot (detail/spare_block_depot.h) on its own: bundles come back whole, with their
-// counts; delete_all and the destructor delete every block held, and the depot stays usable. The
-// depot under concurrency is in spare_block_depot_concurrency_test.cc.
+// SpareBlockDepot (detail/spare_block_depot.h) on its own: a thread's spare blocks come back whole,
+// in a bundle, to another thread's empty stack; delete_all and the destructor delete every block
+// held, and the depot stays usable. The depot under concurrency is in
+// spare_block_depot_concurrency_test.cc.
 #include "evpool/detail/spare_block_depot.h"
 
 #include <gtest/gtest.h>
@@ -16,33 +17,36 @@ namespace evpool {
 namespace {
 
 using test::CountedBlock;
+using test::CountedSpareBlocks;
 using Depot = detail::SpareBlockDepot<CountedBlock, std::atomic, detail::TaggedIndexStack<std::atomic>>;
 
-TEST(SpareBlockDepot, AnEmptyDepotHasNoBundle) {
+TEST(SpareBlockDepot, AnEmptyDepotFillsNothing) {
   Depot depot;
-  std::uint32_t count = 99;
-  EXPECT_EQ(depot.take(count), nullptr);
-  EXPECT_EQ(count, 99u) << "nothing taken, nothing counted";
+  CountedSpareBlocks spare;
+  EXPECT_FALSE(depot.take(spare));
+  EXPECT_EQ(spare.count(), 0u);
 }
 
-TEST(SpareBlockDepot, BundlesComeBackWholeWithTheirCounts) {
+TEST(SpareBlockDepot, BundlesComeBackWholeAndEmptyTheGiver) {
   const int live_before = CountedBlock::live();
   {
     Depot depot;
-    std::vector<CountedBlock *> two = test::make_chain(2), five = test::make_chain(5);
-    ASSERT_TRUE(depot.give(two.front(), 2));
-    ASSERT_TRUE(depot.give(five.front(), 5));
+    CountedSpareBlocks first, second;
+    const std::vector<CountedBlock *> two = test::keep_new_blocks(first, 2);
+    const std::vector<CountedBlock *> sixteen = test::keep_new_blocks(second, CountedSpareBlocks::kCapacity);
+    ASSERT_TRUE(depot.give(first));
+    ASSERT_TRUE(depot.give(second));
+    EXPECT_EQ(first.count(), 0u) << "the giver keeps nothing";
+    EXPECT_EQ(second.count(), 0u);
     for (int i = 0; i < 2; ++i) {
-      std::uint32_t count = 0;
-      CountedBlock *first = depot.take(count);
-      ASSERT_NE(first, nullptr);
-      const std::vector<CountedBlock *> &given = first == two.front() ? two : five;
-      EXPECT_EQ(count, given.size());
-      EXPECT_EQ(test::chain_of(first), given) << "the chain comes back as it was given";
-      test::delete_chain(first);
+      CountedSpareBlocks taker;
+      ASSERT_TRUE(depot.take(taker));
+      const std::vector<CountedBlock *> taken = test::take_every_block(taker);
+      EXPECT_TRUE(taken == two || taken == sixteen) << "a bundle holds what one giver gave";
+      for (CountedBlock *block : taken) delete block;
     }
-    std::uint32_t count = 0;
-    EXPECT_EQ(depot.take(count), nullptr) << "both bundles were taken";
+    CountedSpareBlocks taker;
+    EXPECT_FALSE(depot.take(taker)) << "both bundles were taken";
   }
   EXPECT_EQ(CountedBlock::live(), live_before);
 }
@@ -50,20 +54,23 @@ TEST(SpareBlockDepot, BundlesComeBackWholeWithTheirCounts) {
 TEST(SpareBlockDepot, DeleteAllDeletesEveryBlockAndTheDepotStaysUsable) {
   const int live_before = CountedBlock::live();
   Depot depot;
-  for (std::uint32_t size : {1u, 16u, 3u}) ASSERT_TRUE(depot.give(test::make_chain(size).front(), size));
+  for (std::uint32_t count : {1u, 16u, 3u}) {
+    CountedSpareBlocks spare;
+    test::keep_new_blocks(spare, count);
+    ASSERT_TRUE(depot.give(spare));
+  }
   EXPECT_EQ(CountedBlock::live(), live_before + 20);
   depot.delete_all();
   EXPECT_EQ(CountedBlock::live(), live_before);
-  std::uint32_t count = 0;
-  EXPECT_EQ(depot.take(count), nullptr);
+  CountedSpareBlocks spare;
+  EXPECT_FALSE(depot.take(spare));
   depot.delete_all();  // an empty depot: nothing to do
   // The emptied nodes are reused: a bundle given now comes back.
-  std::vector<CountedBlock *> chain = test::make_chain(4);
-  ASSERT_TRUE(depot.give(chain.front(), 4));
-  CountedBlock *first = depot.take(count);
-  EXPECT_EQ(first, chain.front());
-  EXPECT_EQ(count, 4u);
-  test::delete_chain(first);
+  const std::vector<CountedBlock *> four = test::keep_new_blocks(spare, 4);
+  ASSERT_TRUE(depot.give(spare));
+  ASSERT_TRUE(depot.take(spare));
+  EXPECT_EQ(test::take_every_block(spare), four);
+  for (CountedBlock *block : four) delete block;
   EXPECT_EQ(CountedBlock::live(), live_before);
 }
 
@@ -71,8 +78,11 @@ TEST(SpareBlockDepot, TheDestructorDeletesWhatItHolds) {
   const int live_before = CountedBlock::live();
   {
     Depot depot;
-    ASSERT_TRUE(depot.give(test::make_chain(7).front(), 7));
-    ASSERT_TRUE(depot.give(test::make_chain(1).front(), 1));
+    for (std::uint32_t count : {7u, 1u}) {
+      CountedSpareBlocks spare;
+      test::keep_new_blocks(spare, count);
+      ASSERT_TRUE(depot.give(spare));
+    }
   }
   EXPECT_EQ(CountedBlock::live(), live_before);
 }

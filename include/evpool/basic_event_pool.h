@@ -127,8 +127,9 @@ class BasicEventPool {
   /// An event of `device_id` shared by every copy of the lease (a small control block counts the
   /// copies) and returned to this pool when the last copy dies; may outlive the pool like Lease.
   /// The block comes from the thread's cache when it holds one (a thread keeps the blocks of the
-  /// shared leases it ended, up to 16), else from `new`. Thread-safe; lock-free on a hit apart
-  /// from allocating a block. Throws what Get throws, and std::bad_alloc.
+  /// shared leases it ended, up to 16, and hands each further 16 to the pool), else from the
+  /// pool's spare blocks, else from `new`. Thread-safe; lock-free on a hit apart from allocating a
+  /// block. Throws what Get throws, and std::bad_alloc.
   shared_lease LeaseShared(int device_id = -1) { return shared_lease::begin(*core_, device_id); }
 
   /// What the pool has done and holds, per device: events created and destroyed, Gets that hit

@@ -657,19 +657,15 @@ class EventPoolCore {
   // ---- Spare shared-lease blocks (shared_lease_block.h, spare_block_depot.h) --------------------
 
   // A spare block for a shared lease that begins in the cache's owner section: one the cache
-  // keeps, or else the first of a bundle from the depot, whose rest the cache keeps; nullptr if
-  // neither has one.
+  // keeps, or else one of a bundle the cache takes from the depot; nullptr if neither has one.
   [[gnu::always_inline]] SharedLeaseBlock *take_spare_block(Cache &cache) noexcept {
     if (SharedLeaseBlock *block = cache.owner_spare_blocks().take()) [[likely]]
       return block;
-    return take_spare_bundle(cache);
+    return take_spare_bundle(cache.owner_spare_blocks());
   }
 
-  [[gnu::noinline]] SharedLeaseBlock *take_spare_bundle(Cache &cache) noexcept {
-    std::uint32_t count;
-    SharedLeaseBlock *first = spare_block_depot_.take(count);
-    if (first != nullptr) cache.owner_spare_blocks().adopt(first->next_spare, count - 1);
-    return first;
+  [[gnu::noinline]] SharedLeaseBlock *take_spare_bundle(SpareBlocks<SharedLeaseBlock> &spare) noexcept {
+    return spare_block_depot_.take(spare) ? spare.take() : nullptr;
   }
 
   // Keeps the block of a shared lease that ends in the cache's owner section. A cache whose stack
@@ -684,11 +680,7 @@ class EventPoolCore {
 
   // A cache's spare blocks go to the depot. False, and they stay, if it had no node for them.
   [[gnu::noinline]] bool hand_spare_blocks_over(SpareBlocks<SharedLeaseBlock> &spare) noexcept {
-    std::uint32_t count;
-    SharedLeaseBlock *first = spare.take_all(count);
-    if (first == nullptr || spare_block_depot_.give(first, count)) return true;
-    spare.adopt(first, count);
-    return false;
+    return spare.count() == 0 || spare_block_depot_.give(spare);
   }
 
   // ---- The cache: owner side (between owner_enter and owner_exit) -------------------------------

@@ -20,6 +20,7 @@
 // deletes every block.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -34,13 +35,13 @@ struct SharedLeaseBlock {
   typename Core::event_type event;
   /// The process's fork generation when the lease began (fork_guard.h).
   std::uint32_t fork_generation = 0;
-  /// While the block is spare: the next spare block of the same cache.
-  SharedLeaseBlock *next_spare = nullptr;
 };
 
-/// A cache's spare blocks, a stack linked through `next_spare`. Used as the cache's magazines are:
-/// by its owner thread inside its owner section, or by a purger that holds the cache; the
-/// destructor runs when no one else can reach it.
+/// A cache's spare blocks: a stack in an array, not a list linked through the blocks, so that
+/// taking one reads no block. A block handed over from another thread is still in that thread's
+/// processor cache; a linked list made each take wait for the transfer of the block before. Used
+/// as the cache's magazines are: by its owner thread inside its owner section, or by a purger that
+/// holds the cache; the destructor (which deletes the blocks) runs when no one else can reach it.
 template <class Block>
 class SpareBlocks {
  public:
@@ -54,38 +55,29 @@ class SpareBlocks {
   }
 
   /// A spare block, or nullptr if there is none.
-  Block *take() noexcept {
-    Block *block = top_;
-    if (block != nullptr) {
-      top_ = block->next_spare;
-      --count_;
-    }
-    return block;
-  }
+  Block *take() noexcept { return count_ == 0 ? nullptr : blocks_[--count_]; }
   /// Keeps `block` (whose event is empty); false if the stack is full (the caller deals with it).
   bool keep(Block *block) noexcept {
     if (count_ == kCapacity) return false;
-    block->next_spare = top_;
-    top_ = block;
-    ++count_;
+    blocks_[count_++] = block;
     return true;
   }
+  std::uint32_t count() const noexcept { return count_; }
 
-  /// Gives up every block: the chain's top (linked through `next_spare`), its length in `count`.
-  Block *take_all(std::uint32_t &count) noexcept {
-    count = std::exchange(count_, 0);
-    return std::exchange(top_, nullptr);
+  /// Moves every block into `out`, which has room for kCapacity; returns how many.
+  std::uint32_t give_all(Block **out) noexcept {
+    std::copy_n(blocks_, count_, out);
+    return std::exchange(count_, 0);
   }
-  /// Takes the chain of `count` <= kCapacity blocks that begins at `first` (nullptr if 0); the
-  /// stack must be empty.
-  void adopt(Block *first, std::uint32_t count) noexcept {
-    top_ = first;
+  /// Takes the `count` <= kCapacity blocks of `in`; the stack must be empty.
+  void take_all(Block *const *in, std::uint32_t count) noexcept {
+    std::copy_n(in, count, blocks_);
     count_ = count;
   }
 
  private:
-  Block *top_ = nullptr;
   std::uint32_t count_ = 0;
+  Block *blocks_[kCapacity];
 };
 
 }  // namespace evpool::detail

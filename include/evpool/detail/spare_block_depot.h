@@ -17,16 +17,16 @@
 // a lease takes a whole bundle back. An exiting thread hands over what it kept. A thread that both
 // begins and ends its leases never reaches the depot: its stack absorbs the difference.
 //
-// A bundle is a node of the depot's own arena (node_arena.h) that holds the top of a chain of
-// blocks, linked through their `next_spare`, and the chain's length:
+// A bundle is a node of the depot's own arena (node_arena.h) that holds the blocks of one thread's
+// spare stack, copied out of it (an array of pointers, so that neither side reads a block):
 //
-//   | next (u32) | count (u32) | first (Block *) | padding to 128 bytes |
+//   | next (u32) | count (u32) | blocks[0] ... blocks[kCapacity - 1] | padding to 256 bytes |
 //
 // The nodes sit on two tagged stacks (tagged_index_stack.h): `bundles` holds those with blocks,
 // `empty` the nodes free for the next hand-over. They are index stacks for the same reason as the
 // event depot's: a node is reused as soon as it is popped, so a pointer stack would need its own
-// ABA defence. `count` and `first` are plain: only a bundle's holder touches them, and the stacks'
-// release and acquire publish them, with the blocks behind them, to the next holder.
+// ABA defence. `count` and `blocks` are plain: only a bundle's holder touches them, and the stacks'
+// release and acquire publish them, and the blocks they name, to the next holder.
 //
 // Memory: blocks are created only when a beginning thread finds none in its stack and none in the
 // depot, so a pool never has more than its peak of shared leases alive at once plus what the
@@ -35,10 +35,10 @@
 #pragma once
 
 #include <cstdint>
-#include <utility>
 
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/detail/node_arena.h"
+#include "evpool/detail/shared_lease_block.h"
 
 namespace evpool::detail {
 
@@ -48,15 +48,16 @@ namespace evpool::detail {
 template <class Block, template <class> class Atomic, class Stack>
 class SpareBlockDepot {
  public:
+  using Spare = SpareBlocks<Block>;
+
   SpareBlockDepot() = default;
   SpareBlockDepot(const SpareBlockDepot &) = delete;
   SpareBlockDepot &operator=(const SpareBlockDepot &) = delete;
   ~SpareBlockDepot() { delete_all(); }
 
-  /// Takes over the chain of `count` >= 1 blocks that begins at `first` (linked through
-  /// `next_spare`, the last one's nullptr). False if no node could be had (no memory): then
-  /// nothing changed and the caller still owns them.
-  bool give(Block *first, std::uint32_t count) noexcept {
+  /// Takes over every block of `spare` (at least one), which is then empty. False if no node could
+  /// be had (no memory): then nothing changed.
+  bool give(Spare &spare) noexcept {
     std::uint32_t index = empty_.value.pop(arena_);
     if (index == kNilIndex) {
       try {
@@ -66,35 +67,32 @@ class SpareBlockDepot {
       }
     }
     Bundle &bundle = arena_[index];
-    bundle.first = first;
-    bundle.count = count;
+    bundle.count = spare.give_all(bundle.blocks);
     bundles_.value.push(index, arena_);  // publishes the bundle and its blocks (release)
     return true;
   }
 
-  /// The chain of a bundle of blocks, its length in `count`; nullptr if the depot holds none.
-  Block *take(std::uint32_t &count) noexcept {
+  /// Fills `spare`, which must be empty, with a bundle's blocks; false if the depot holds none.
+  bool take(Spare &spare) noexcept {
     const std::uint32_t index = bundles_.value.pop(arena_);  // sees the giver's writes (acquire)
-    if (index == kNilIndex) return nullptr;
+    if (index == kNilIndex) return false;
     Bundle &bundle = arena_[index];
-    Block *first = bundle.first;
-    count = bundle.count;
-    bundle.first = nullptr;
-    empty_.value.push(index, arena_);
-    return first;
+    spare.take_all(bundle.blocks, bundle.count);
+    empty_.value.push(index, arena_);  // last: the node may be refilled at once
+    return true;
   }
 
   /// Deletes every block the depot holds; gives made meanwhile may stay.
   void delete_all() noexcept {
-    std::uint32_t index = bundles_.value.pop_all();  // the chain is ours alone (acquire)
-    if (index == kNilIndex) return;
-    const std::uint32_t first = index;
-    for (std::uint32_t last = index;; last = index) {
+    const std::uint32_t first = bundles_.value.pop_all();  // the chain is ours alone (acquire)
+    if (first == kNilIndex) return;
+    for (std::uint32_t index = first;;) {
       Bundle &bundle = arena_[index];
-      for (Block *block = bundle.first; block != nullptr;) delete std::exchange(block, block->next_spare);
-      bundle.first = nullptr;
-      index = bundle.next.load(std::memory_order_relaxed);
-      if (index == kNilIndex) return empty_.value.push_chain(first, last, arena_);
+      for (std::uint32_t i = 0; i < bundle.count; ++i) delete bundle.blocks[i];
+      bundle.count = 0;
+      const std::uint32_t next = bundle.next.load(std::memory_order_relaxed);
+      if (next == kNilIndex) return empty_.value.push_chain(first, index, arena_);
+      index = next;
     }
   }
 
@@ -102,10 +100,11 @@ class SpareBlockDepot {
   struct alignas(kFalseSharingRange) Bundle {
     Atomic<std::uint32_t> next{kNilIndex};
     std::uint32_t count = 0;
-    Block *first = nullptr;
+    Block *blocks[Spare::kCapacity];
   };
-  static_assert(sizeof(Bundle) == kFalseSharingRange, "a bundle is alone on its lines: givers and takers of "
-                                                      "neighbouring bundles share nothing");
+  static_assert(sizeof(Bundle) == 2 * kFalseSharingRange,
+                "a bundle holds 16 pointers on two whole lines of its own: givers and takers of "
+                "neighbouring bundles share nothing");
 
   NodeArena<Bundle, Atomic> arena_;
   CacheLinePadded<Stack> bundles_;

@@ -65,14 +65,15 @@
 // (plus what the pool keeps for exited threads and bypassing calls) means anything. The owner
 // writes it with a plain load and store; readers read it only once the cache is quiescent.
 //
-// Layout (one allocation, in 128-byte lines; x86-64 with one device: 512 bytes):
+// Layout (one allocation, in 128-byte lines; x86-64 with one device: 640 bytes):
 //
 //   [0, 128)     the vtable pointer (ThreadCacheLink), read-only
-//   [128, 256)   busy, bypass, leases, device count, spare lease blocks: the owner writes busy
-//                (and leases, and the spare blocks) on every call, a purger writes bypass rarely
-//   [256, 384)   owners, abandoned, the pool, the registry link: written a few times in the
+//   [128, 384)   busy, bypass, leases, device count, and the spare lease blocks (a count and 16
+//                pointers): the owner writes busy (and leases, and the spare blocks) on every
+//                call, a purger writes bypass rarely
+//   [384, 512)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
-//   [384, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
+//   [512, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
 //                the count of adopted Puts, the fill limit and the trades), written by the owner
 //                on every call; rounded up to whole lines
 //
@@ -205,6 +206,8 @@ class ThreadCache final : public ThreadCacheLink {
     // The table starts on a line of its own, behind the cold members: the owner's writes to it
     // never share a line with another thread's writes.
     static_assert(sizeof(ThreadCache) % kFalseSharingRange == 0);
+    static_assert(sizeof(void *) != 8 || kFalseSharingRange != 128 || sizeof(ThreadCache) == 512,
+                  "the layout drawn at the top of this file");
     static_assert(alignof(ThreadCache) % alignof(DeviceMagazines) == 0);
     void *memory = ::operator new(bytes_for(devices), std::align_val_t{alignof(ThreadCache)});
     auto *cache = ::new (memory) ThreadCache(pool, devices);
