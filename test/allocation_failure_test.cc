@@ -3,7 +3,10 @@
 // fails on demand.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <new>
 #include <thread>
 #include <utility>
@@ -15,6 +18,13 @@
 
 namespace {
 thread_local int allocations_until_failure = -1;  // -1: never fail
+// Sized deletes of this size are counted (0: none): a test watches the pool delete its blocks.
+std::atomic<std::size_t> watched_delete_size{0};
+std::atomic<int> watched_deletes{0};
+void count_delete(std::size_t size) noexcept {
+  if (size != 0 && size == watched_delete_size.load(std::memory_order_relaxed))
+    watched_deletes.fetch_add(1, std::memory_order_relaxed);
+}
 
 void *allocate(std::size_t size, std::size_t alignment) {
   if (allocations_until_failure == 0) {
@@ -36,11 +46,17 @@ void *operator new(std::size_t size, std::align_val_t a) { return allocate(size,
 void *operator new[](std::size_t size, std::align_val_t a) { return allocate(size, static_cast<std::size_t>(a)); }
 void operator delete(void *p) noexcept { std::free(p); }
 void operator delete[](void *p) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t size) noexcept {
+  count_delete(size);
+  std::free(p);
+}
 void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
 void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t size, std::align_val_t) noexcept {
+  count_delete(size);
+  std::free(p);
+}
 void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace evpool {
@@ -199,6 +215,140 @@ TYPED_TEST(AllocationFailure, SharedLeasesEndedOnAnotherThreadComeBackWithoutAll
     EXPECT_THROW(pool.LeaseShared(0), std::bad_alloc) << "Purge deletes the depot's blocks";
     allocations_until_failure = -1;
     EXPECT_EQ(backend.created(), static_cast<std::uint64_t>(kLeases));
+    leases.clear();
+  }
+}
+
+// A bundle's node goes back to the depot's empty stack when its blocks are taken
+// (spare_block_depot.h), so a thread that keeps handing a full stack over and taking it back
+// allocates nothing, however long it goes on: each round begins 17 shared leases (1 block from
+// its stack, 16 from the bundle) and ends them (the 17th end hands the full stack over). Fails if
+// take keeps the node (the hand-over after the first chunk's 64 nodes allocates), or if a bundle
+// or a stack miscounts its blocks (a block goes missing, and a later lease allocates).
+TYPED_TEST(AllocationFailure, HandOversReuseTheNodesOfTakenBundles) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend backend(1);
+    typename TestFixture::Pool pool(backend);
+    constexpr int kLeases = 17;  // one more than a cache's spare stack holds
+    std::vector<typename TestFixture::Pool::shared_lease> leases;
+    leases.reserve(kLeases);
+    const auto round = [&] {
+      for (int i = 0; i < kLeases; ++i) leases.push_back(pool.LeaseShared(0));
+      leases.clear();
+    };
+    for (int warm = 0; warm < 2; ++warm) round();
+    constexpr int kBudget = 1 << 20;  // counts the allocations; none fails
+    allocations_until_failure = kBudget;
+    for (int i = 0; i < 200; ++i) round();
+    const int allocations = kBudget - allocations_until_failure;
+    allocations_until_failure = -1;
+    EXPECT_EQ(allocations, 0) << "200 rounds of 17 shared leases allocated";
+    EXPECT_EQ(backend.created(), static_cast<std::uint64_t>(kLeases));
+  }
+}
+
+// A hand-over that finds no memory for a bundle's node leaves the full stack with its thread and
+// deletes only the block being ended (spare_block_depot.h, give); the thread's exit hands the
+// stack over later, so the beginner's next 16 leases allocate nothing. Fails if the failed
+// hand-over loses the stack (the 16 leases allocate; ASan also reports them leaked).
+TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend backend(1);
+    typename TestFixture::Pool pool(backend);
+    constexpr int kStack = 16;  // SpareBlocks::kCapacity
+    std::vector<typename TestFixture::Pool::shared_lease> leases;
+    for (int i = 0; i < kStack + 1; ++i) leases.push_back(pool.LeaseShared(0));
+    bool failed = false;
+    std::thread([&] {
+      for (int i = 0; i < kStack; ++i) leases[i].reset();  // this thread's spare stack is full
+      allocations_until_failure = 0;                       // the depot's first node: no memory
+      leases[kStack].reset();  // the hand-over fails: the stack stays, this block is deleted
+      failed = allocations_until_failure == -1;
+      allocations_until_failure = -1;
+    }).join();  // the exit hands the 16 over
+    EXPECT_TRUE(failed) << "the 17th end made no allocation: the test no longer reaches the failure";
+    leases.clear();
+    constexpr int kBudget = 1 << 20;
+    allocations_until_failure = kBudget;
+    for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
+    const int allocations = kBudget - allocations_until_failure;
+    allocations_until_failure = -1;
+    EXPECT_EQ(allocations, 0) << "the stack a failed hand-over left with its thread did not come back";
+    leases.clear();
+  }
+}
+
+// The pool's destructor deletes the depot's spare blocks at once (close), not when the last lease
+// that outlives the pool ends. Fails if close leaves them to the core's destructor.
+TYPED_TEST(AllocationFailure, DestroyingThePoolDeletesTheDepotsBlocksWhileALeaseLives) {
+  if constexpr (kCached<TypeParam>) {
+    using Pool = typename TestFixture::Pool;
+    using Block = detail::SharedLeaseBlock<detail::EventPoolCore<HostBackend, TypeParam>>;
+    HostBackend backend(1);
+    auto pool = std::make_unique<Pool>(backend);
+    constexpr int kHandedOver = 32;
+    std::vector<typename Pool::shared_lease> leases;
+    for (int i = 0; i < kHandedOver + 1; ++i) leases.push_back(pool->LeaseShared(0));
+    auto survivor = std::move(leases.back());
+    leases.pop_back();
+    // 16 blocks go to the depot at the 17th end, the other 16 at the thread's exit.
+    std::thread([&] { leases.clear(); }).join();
+    watched_deletes = 0;
+    watched_delete_size = sizeof(Block);
+    pool.reset();
+    const int deleted = watched_deletes.load();
+    watched_delete_size = 0;
+    EXPECT_GE(deleted, kHandedOver) << "the depot's blocks outlive the pool";
+    survivor.reset();
+  }
+}
+
+// A backend whose destroy runs a hook first: a test stalls a purger there, inside Purge, while the
+// pool holds every cache.
+struct GatedBackend : HostBackend {
+  explicit GatedBackend(const HostBackend &counters) : HostBackend(counters) {}
+  void destroy(handle_type token) noexcept {
+    if (auto hook = std::exchange(*on_destroy, nullptr)) hook();  // once
+    HostBackend::destroy(token);
+  }
+  std::shared_ptr<std::function<void()>> on_destroy = std::make_shared<std::function<void()>>();
+};
+
+// A thread that exits while a Purge holds its cache skips its exit flush; its spare blocks go to
+// the depot when the pool collects the cache (collect_abandoned_caches, here at the next thread's
+// registration), so they come back to the beginner. Fails if the collection deletes them with
+// the cache instead (the beginner's 16 leases allocate).
+TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend counters(1);
+    GatedBackend backend(counters);
+    auto on_destroy = backend.on_destroy;
+    BasicEventPool<GatedBackend, TypeParam> pool(backend);
+    constexpr int kStack = 16;  // SpareBlocks::kCapacity: no hand-over yet
+    std::vector<typename BasicEventPool<GatedBackend, TypeParam>::shared_lease> leases;
+    for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
+    std::atomic<bool> ended{false}, purging{false};
+    std::thread ender([&] {
+      leases.clear();  // 16 spare blocks, 16 idle events in this thread's cache
+      ended = true;
+      while (!purging.load()) std::this_thread::yield();
+    });
+    while (!ended.load()) std::this_thread::yield();
+    bool exited_during_purge = false;
+    *on_destroy = [&] {  // the first event the Purge destroys: every cache is held
+      purging = true;
+      ender.join();
+      exited_during_purge = true;
+    };
+    pool.Purge();
+    ASSERT_TRUE(exited_during_purge) << "the Purge destroyed no event: the test no longer stalls it";
+    std::thread([&] { pool.Put(pool.Get(0)); }).join();  // registers a cache: collects the exited one's
+    constexpr int kBudget = 1 << 20;
+    allocations_until_failure = kBudget;
+    for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
+    const int allocations = kBudget - allocations_until_failure;
+    allocations_until_failure = -1;
+    EXPECT_EQ(allocations, 0) << "the blocks of the thread that exited during the Purge were deleted";
     leases.clear();
   }
 }

@@ -9,13 +9,15 @@
 // drops the last copy of what the submitting thread began. Then the submitter finds no spare block
 // and allocates every one, and the completion thread deletes every one past its kCapacity: a
 // malloc and a cross-thread free per lease, which cost more than all the rest of it (measured in
-// docs/benchmarks.md, "lease-handoff").
+// docs/benchmarks.md, "Shared leases that another thread ends").
 //
 // So blocks travel as magazines of events do, in whole stacks: a thread whose spare stack is full
 // when it ends one more lease hands the full stack over to the pool's depot (one compare-exchange
 // for kCapacity blocks) and keeps the new block; a thread that finds its stack empty when it begins
-// a lease takes a whole bundle back. An exiting thread hands over what it kept. A thread that both
-// begins and ends its leases never reaches the depot: its stack absorbs the difference.
+// a lease takes a whole bundle back. An exiting thread hands over what it kept (or, if it exits
+// while a purger holds its cache, the pool does when it collects the cache). A thread that both
+// begins and ends its leases reaches the depot only when more than kCapacity of them are alive at
+// once, or fewer than none are spare: its stack absorbs the difference.
 //
 // A bundle is a node of the depot's own arena (node_arena.h) that holds the blocks of one thread's
 // spare stack, copied out of it (an array of pointers, so that neither side reads a block):
@@ -30,8 +32,17 @@
 //
 // Memory: blocks are created only when a beginning thread finds none in its stack and none in the
 // depot, so a pool never has more than its peak of shared leases alive at once plus what the
-// threads' stacks keep (kCapacity each). Trim and Purge delete the depot's blocks; the threads'
-// stacks keep theirs until the thread or the pool goes.
+// threads' stacks keep (kCapacity each) and what a thread holds in the middle of a hand-over.
+// Trim, Purge and the pool's destruction delete the depot's blocks; the threads' stacks keep
+// theirs until the thread or the pool goes. The nodes, one per bundle the depot held at once, stay
+// with the arena until the pool's state is deleted. Ending a lease may therefore allocate: a node
+// (a chunk of them) when the depot has none spare; without memory the stack stays with its thread
+// and the block being ended is deleted.
+//
+// fork(): the stacks are consistent in a child whatever the parent's other threads were doing (each
+// step is one compare-exchange). A bundle such a thread had popped and not yet unpacked, or a chain
+// delete_all was walking, is lost to the child: memory only, at most a stack's worth of blocks and
+// one node per thread, since blocks hold no event.
 #pragma once
 
 #include <cstdint>
