@@ -38,6 +38,17 @@ void *allocate(std::size_t size, std::size_t alignment) {
   if (memory == nullptr) throw std::bad_alloc();
   return memory;
 }
+
+// How many allocations `run` makes on this thread; none fails.
+template <class Run>
+int allocations_during(Run &&run) {
+  constexpr int kBudget = 1 << 20;
+  allocations_until_failure = kBudget;
+  run();
+  const int made = kBudget - allocations_until_failure;
+  allocations_until_failure = -1;
+  return made;
+}
 }  // namespace
 
 void *operator new(std::size_t size) { return allocate(size, alignof(std::max_align_t)); }
@@ -237,11 +248,9 @@ TYPED_TEST(AllocationFailure, HandOversReuseTheNodesOfTakenBundles) {
       leases.clear();
     };
     for (int warm = 0; warm < 2; ++warm) round();
-    constexpr int kBudget = 1 << 20;  // counts the allocations; none fails
-    allocations_until_failure = kBudget;
-    for (int i = 0; i < 200; ++i) round();
-    const int allocations = kBudget - allocations_until_failure;
-    allocations_until_failure = -1;
+    const int allocations = allocations_during([&] {
+      for (int i = 0; i < 200; ++i) round();
+    });
     EXPECT_EQ(allocations, 0) << "200 rounds of 17 shared leases allocated";
     EXPECT_EQ(backend.created(), static_cast<std::uint64_t>(kLeases));
   }
@@ -268,11 +277,9 @@ TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread)
     }).join();  // the exit hands the 16 over
     EXPECT_TRUE(failed) << "the 17th end made no allocation: the test no longer reaches the failure";
     leases.clear();
-    constexpr int kBudget = 1 << 20;
-    allocations_until_failure = kBudget;
-    for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
-    const int allocations = kBudget - allocations_until_failure;
-    allocations_until_failure = -1;
+    const int allocations = allocations_during([&] {
+      for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
+    });
     EXPECT_EQ(allocations, 0) << "the stack a failed hand-over left with its thread did not come back";
     leases.clear();
   }
@@ -343,11 +350,9 @@ TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
     pool.Purge();
     ASSERT_TRUE(exited_during_purge) << "the Purge destroyed no event: the test no longer stalls it";
     std::thread([&] { pool.Put(pool.Get(0)); }).join();  // registers a cache: collects the exited one's
-    constexpr int kBudget = 1 << 20;
-    allocations_until_failure = kBudget;
-    for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
-    const int allocations = kBudget - allocations_until_failure;
-    allocations_until_failure = -1;
+    const int allocations = allocations_during([&] {
+      for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
+    });
     EXPECT_EQ(allocations, 0) << "the blocks of the thread that exited during the Purge were deleted";
     leases.clear();
   }
