@@ -49,6 +49,14 @@ int allocations_during(Run &&run) {
   allocations_until_failure = -1;
   return made;
 }
+
+// How many allocations this thread makes beginning `count` shared leases of device 0 into `leases`.
+template <class Pool, class Leases>
+int allocations_beginning(Pool &pool, Leases &leases, int count) {
+  return allocations_during([&] {
+    for (int i = 0; i < count; ++i) leases.push_back(pool.LeaseShared(0));
+  });
+}
 }  // namespace
 
 void *operator new(std::size_t size) { return allocate(size, alignof(std::max_align_t)); }
@@ -277,9 +285,7 @@ TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread)
     }).join();  // the exit hands the 16 over
     EXPECT_TRUE(failed) << "the 17th end made no allocation: the test no longer reaches the failure";
     leases.clear();
-    const int allocations = allocations_during([&] {
-      for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
-    });
+    const int allocations = allocations_beginning(pool, leases, kStack);
     EXPECT_EQ(allocations, 0) << "the stack a failed hand-over left with its thread did not come back";
     leases.clear();
   }
@@ -350,9 +356,7 @@ TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
     pool.Purge();
     ASSERT_TRUE(exited_during_purge) << "the Purge destroyed no event: the test no longer stalls it";
     std::thread([&] { pool.Put(pool.Get(0)); }).join();  // registers a cache: collects the exited one's
-    const int allocations = allocations_during([&] {
-      for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
-    });
+    const int allocations = allocations_beginning(pool, leases, kStack);
     EXPECT_EQ(allocations, 0) << "the blocks of the thread that exited during the Purge were deleted";
     leases.clear();
   }
