@@ -43,7 +43,7 @@ struct LitmusPool {
   using Magazine = detail::Magazine<std::uint64_t, 2, std::atomic>;
   template <class T>
   using atomic = std::atomic<T>;
-  using event_type = std::uint64_t;
+  using handle_type = std::uint64_t;
   using SharedLeaseBlock = detail::SharedLeaseBlock<LitmusPool>;
   using Fence = FenceType;
   static constexpr unsigned kCacheCapacity = 2;

@@ -36,9 +36,9 @@ class SharedEventLease {
   ~SharedEventLease() { reset(); }
 
   /// The event's handle; every copy sees the same one.
-  handle_type get() const noexcept { return block_ ? block_->event.get() : handle_type{}; }
+  handle_type get() const noexcept { return block_ ? block_->handle : handle_type{}; }
   operator handle_type() const noexcept { return get(); }  // NOLINT: like CUDAEvent
-  int device_id() const noexcept { return block_ ? block_->event.device_id() : -1; }
+  int device_id() const noexcept { return block_ ? block_->device : -1; }
   explicit operator bool() const noexcept { return block_ != nullptr; }
 
   /// How many copies share the event (0 for an empty lease). Like std::shared_ptr::use_count, a

@@ -313,7 +313,8 @@ class EventPoolCore {
   }
 
   [[gnu::always_inline]] SharedLeaseBlock *fill_block(SharedLeaseBlock *block, handle_type handle, int device) noexcept {
-    block->event = backend_.adopt(handle, device);
+    block->handle = handle;
+    block->device = device;
     block->core = this;
     block->fork_generation = detail::fork_generation();
     // Relaxed: the block is the caller's alone until it hands the lease on, which synchronises.
@@ -327,11 +328,11 @@ class EventPoolCore {
   /// begin_shared_lease.
   [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
     if constexpr (kCached) {
-      if (!forget && block->event) [[likely]] {
+      if (!forget) [[likely]] {
         if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-          auto &magazines = cache->owner_magazines(block->event.device_id());
+          auto &magazines = cache->owner_magazines(block->device);
           if (magazines.has_room()) [[likely]] {
-            magazines.loaded.put(block->event.release());
+            magazines.loaded.put(block->handle);
             cache->owner_count_leases(-1);
             const bool kept = keep_spare_block(*cache, block);
             // The lease has ended, but this thread's owner section keeps the core alive until it
@@ -339,7 +340,7 @@ class EventPoolCore {
             // count changes before owner_exit, or close() may read it first and the core never
             // dies (Interleavings.ASharedLeaseEndingWhileAnotherThreadDestroysThePool).
             cache->owner_exit();
-            if (!kept) delete block;  // its event is out: deleting it calls no backend
+            if (!kept) delete block;  // a block holds nothing to destroy
             return;
           }
           cache->owner_exit();
@@ -350,7 +351,7 @@ class EventPoolCore {
   }
 
   [[gnu::noinline]] void end_shared_lease_around_hit(SharedLeaseBlock *block, bool forget) noexcept {
-    event_type event = std::move(block->event);
+    event_type event = backend_.adopt(block->handle, block->device);
     recycle_block(block);  // before the lease ends: the core lives until then
     end_lease(std::move(event), forget);
   }

@@ -26,13 +26,17 @@
 
 namespace evpool::detail {
 
-/// `Core` provides `atomic<T>` and `event_type`.
+/// `Core` provides `atomic<T>` and `handle_type`.
 template <class Core>
 struct SharedLeaseBlock {
   /// The copies of the lease; read and written as shared_event_lease.h says.
   typename Core::template atomic<std::uint32_t> references{1};
   Core *core = nullptr;
-  typename Core::event_type event;
+  /// The lease's event, owned by the lease (not by the block), and its device. Raw, so that the
+  /// thread that ends the lease hands the handle back without writing the block, and a spare
+  /// block holds nothing to destroy.
+  typename Core::handle_type handle{};
+  int device = -1;
   /// The process's fork generation when the lease began (fork_guard.h).
   std::uint32_t fork_generation = 0;
 };
@@ -56,7 +60,7 @@ class SpareBlocks {
 
   /// A spare block, or nullptr if there is none.
   Block *take() noexcept { return count_ == 0 ? nullptr : blocks_[--count_]; }
-  /// Keeps `block` (whose event is empty); false if the stack is full (the caller deals with it).
+  /// Keeps `block` (whose lease has ended); false if the stack is full (the caller deals with it).
   bool keep(Block *block) noexcept {
     if (count_ == kCapacity) return false;
     blocks_[count_++] = block;
