@@ -44,18 +44,27 @@ std::int64_t run_burst(benchmark::State &state, Source &source, int device) {
 
 enum class HandoffRole { kProducer, kConsumer };
 
+// Threads in pairs, one ring each: the producer sends what `make()` returns, kHandoffBatch a
+// round; the consumer passes each item it receives to `finish`, and counts them.
+template <class Ring, class Make, class Finish>
+std::int64_t run_in_pairs(benchmark::State &state, Ring &ring, HandoffRole role, Make make, Finish finish) {
+  if (role == HandoffRole::kProducer) {
+    for (auto _ : state)
+      for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.push(make());
+    return 0;
+  }
+  for (auto _ : state)
+    for (std::size_t i = 0; i < kHandoffBatch; ++i) finish(ring.pop());
+  return state.iterations() * static_cast<std::int64_t>(kHandoffBatch);
+}
+
 // A producer gets a batch of events and sends it; its consumer puts the batch back.
 template <class Variant, class Source, class Ring>
 std::int64_t run_handoff(benchmark::State &state, Variant &variant, Source &source, int device,
                          Ring &ring, HandoffRole role) {
-  if (role == HandoffRole::kProducer) {
-    for (auto _ : state)
-      for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.push(source.Get(device).release());
-    return 0;
-  }
-  for (auto _ : state)
-    for (std::size_t i = 0; i < kHandoffBatch; ++i) source.Put(variant.adopt(ring.pop(), device), device);
-  return state.iterations() * static_cast<std::int64_t>(kHandoffBatch);
+  return run_in_pairs(
+      state, ring, role, [&] { return source.Get(device).release(); },
+      [&](auto handle) { source.Put(variant.adopt(handle, device), device); });
 }
 
 // The cross-stream dependency: `consumer` waits for what `producer` has queued so far.
@@ -117,14 +126,8 @@ std::int64_t run_lease(benchmark::State &state, Pool &pool, int device) {
 // A producer begins a batch of shared leases and sends it; its consumer drops them, which ends them.
 template <class Pool, class Ring>
 std::int64_t run_lease_handoff(benchmark::State &state, Pool &pool, int device, Ring &ring, HandoffRole role) {
-  if (role == HandoffRole::kProducer) {
-    for (auto _ : state)
-      for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.push(pool.LeaseShared(device));
-    return 0;
-  }
-  for (auto _ : state)
-    for (std::size_t i = 0; i < kHandoffBatch; ++i) ring.pop().reset();
-  return state.iterations() * static_cast<std::int64_t>(kHandoffBatch);
+  return run_in_pairs(
+      state, ring, role, [&] { return pool.LeaseShared(device); }, [](auto lease) { lease.reset(); });
 }
 
 template <class Pool>
@@ -165,6 +168,10 @@ struct Case {
   static inline std::unique_ptr<Ring[]> rings;  // handoffs: one per producer and consumer pair
   static inline std::vector<ThreadStreams> streams;  // sync, schedule, wait: one per thread
   static inline int devices = 1;
+
+  // Thread 2k produces into ring k, thread 2k+1 consumes from it.
+  static Ring &ring_of(int thread) { return rings[static_cast<std::size_t>(thread / 2)]; }
+  static HandoffRole role_of(int thread) { return thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer; }
 
   static int device_of_thread(int thread) {
     return kInfo.placement == Placement::kRoundRobin ? thread % devices : 0;
@@ -219,8 +226,7 @@ struct Case {
     else if constexpr (kWorkload == Workload::kBurst || kWorkload == Workload::kBurst64)
       events = run_burst<kInfo.events_per_iteration>(state, source, device);
     else if constexpr (kWorkload == Workload::kHandoff)
-      events = run_handoff(state, *variant, source, device, rings[static_cast<std::size_t>(thread / 2)],
-                           thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer);
+      events = run_handoff(state, *variant, source, device, ring_of(thread), role_of(thread));
     else if constexpr (kWorkload == Workload::kSync)
       events = run_sync(state, source, streams[static_cast<std::size_t>(thread)], errors);
     else if constexpr (kWorkload == Workload::kSchedule)
@@ -232,8 +238,7 @@ struct Case {
     else if constexpr (kWorkload == Workload::kLeaseShared)
       events = run_lease_shared(state, source, device);
     else if constexpr (kWorkload == Workload::kLeaseHandoff)
-      events = run_lease_handoff(state, source, device, rings[static_cast<std::size_t>(thread / 2)],
-                                 thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer);
+      events = run_lease_handoff(state, source, device, ring_of(thread), role_of(thread));
     if (errors.error() != cudaSuccess) state.SkipWithError(cudaGetErrorString(errors.error()));
     state.SetItemsProcessed(events);
     if (thread == 0) {

@@ -505,8 +505,7 @@ class EventPoolCore {
   /// this pool, the check forgets the magazines first.
   void flush_exiting_cache(Cache &cache) noexcept {
     forget_events_of_parent_process();
-    return_magazines(cache);
-    (void)hand_spare_blocks_over(cache.purger_spare_blocks());
+    return_contents_of_leaving_cache(cache);
   }
 
  private:
@@ -845,8 +844,7 @@ class EventPoolCore {
     caches_.sweep(
         [this](Cache &cache) {
           if (!cache.abandoned()) return false;
-          return_magazines(cache);
-          (void)hand_spare_blocks_over(cache.purger_spare_blocks());
+          return_contents_of_leaving_cache(cache);
           retired_leases_ += cache.purger_leases();
           fold_counts(cache);
           return true;
@@ -861,6 +859,13 @@ class EventPoolCore {
       give_to_depot(slot, depots_[device]);
       slot.clear();
     });
+  }
+
+  // A cache whose thread is gone or going (by the owner at exit, or by the purger that collects
+  // it): its magazines go to the depots, its spare blocks to the spare block depot.
+  void return_contents_of_leaving_cache(Cache &cache) noexcept {
+    return_magazines(cache);
+    (void)hand_spare_blocks_over(cache.purger_spare_blocks());
   }
 
   template <class Visit>
