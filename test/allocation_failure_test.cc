@@ -15,6 +15,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/depot_stripes.h"
 
 namespace {
 thread_local int allocations_until_failure = -1;  // -1: never fail
@@ -261,6 +262,43 @@ TYPED_TEST(AllocationFailure, HandOversReuseTheNodesOfTakenBundles) {
     });
     EXPECT_EQ(allocations, 0) << "200 rounds of 17 shared leases allocated";
     EXPECT_EQ(backend.created(), static_cast<std::uint64_t>(kLeases));
+  }
+}
+
+// In a pipeline the ending thread hands bundles to its home stripe (stripe 1 here) and the
+// beginning one (home 0) takes them from there; each taken bundle's node goes back to the stripe
+// it came from (spare_block_depot.h), where the ender looks for its next one. So once warm, the
+// pipeline allocates nothing on either side: each round begins 64 shared leases on this thread and
+// ends them on the other. Fails if a taken node goes to the taker's home stripe instead (the
+// ender's stripe then runs out of nodes, and new ones come a chunk at a time).
+TYPED_TEST(AllocationFailure, TakenBundlesNodesGoBackToTheirGiversStripe) {
+  if constexpr (kCached<TypeParam>) {
+    HostBackend backend(1);
+    typename TestFixture::Pool pool(backend);
+    constexpr int kLeases = 64, kWarmRounds = 2, kRounds = kWarmRounds + 100;
+    std::vector<typename TestFixture::Pool::shared_lease> leases;
+    leases.reserve(kLeases);
+    testing_support::restart_depot_stripe_hints();  // this thread's home stripe 0, the ender's 1
+    std::atomic<int> begun{0}, ended{0};            // rounds; release/acquire hand `leases` over
+    int ender_allocations = 0;
+    std::thread ender([&] {
+      for (int round = 1; round <= kRounds; ++round) {
+        while (begun.load(std::memory_order_acquire) < round) std::this_thread::yield();
+        const int made = allocations_during([&] { leases.clear(); });
+        if (round > kWarmRounds) ender_allocations += made;
+        ended.store(round, std::memory_order_release);
+      }
+    });
+    int beginner_allocations = 0;
+    for (int round = 1; round <= kRounds; ++round) {
+      const int made = allocations_beginning(pool, leases, kLeases);
+      if (round > kWarmRounds) beginner_allocations += made;
+      begun.store(round, std::memory_order_release);
+      while (ended.load(std::memory_order_acquire) < round) std::this_thread::yield();
+    }
+    ender.join();
+    EXPECT_EQ(beginner_allocations, 0) << "the beginning thread found too few blocks in the depot";
+    EXPECT_EQ(ender_allocations, 0) << "the ending thread's stripe ran out of nodes for its bundles";
   }
 }
 

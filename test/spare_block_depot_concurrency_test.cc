@@ -1,6 +1,6 @@
-// SpareBlockDepot under concurrency: threads hand chains of blocks to one depot and take bundles
-// back, in bundles of random sizes, while another thread deletes everything the depot holds from time to
-// time (as Trim does). Checked: no block is held by two threads at once (each holder marks it), and
+// SpareBlockDepot under concurrency: threads hand chains of blocks to one depot (of one stripe,
+// and of four) and take bundles back, in bundles of random sizes, while another thread deletes
+// everything the depot holds from time to time (as Trim does). Checked: no block is held by two threads at once (each holder marks it), and
 // none is lost or deleted twice (at the end, once the depot and every thread have deleted what
 // they hold, no block is alive; a double delete is what ASan, which ./tools/test runs this suite
 // under, reports). The memory orders that publish a bundle show under ThreadSanitizer.
@@ -23,19 +23,20 @@ namespace {
 
 using test::CountedBlock;
 using test::CountedSpareBlocks;
-using Depot = detail::SpareBlockDepot<CountedBlock, std::atomic, detail::TaggedIndexStack<std::atomic>>;
+template <std::uint32_t Stripes>
+using Depot = detail::SpareBlockDepot<CountedBlock, std::atomic, detail::TaggedIndexStack<std::atomic>, Stripes>;
 
 class SpareBlockDepotConcurrency : public testing::TestWithParam<int> {};
 
-TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLost) {
-  const int threads = GetParam();
+template <std::uint32_t Stripes>
+void expect_no_block_held_twice_or_lost(int threads) {
   constexpr int kRounds = 100000;
   constexpr std::uint32_t kMostHeld = 48;
   const int live_before = CountedBlock::live();
   std::atomic<int> held_twice{0};
   std::atomic<bool> done{false};
   {
-    Depot depot;
+    Depot<Stripes> depot;
     std::thread deleter([&] {
       while (!done.load(std::memory_order_relaxed)) {
         depot.delete_all();
@@ -81,6 +82,15 @@ TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLost) {
   }
   EXPECT_EQ(held_twice.load(), 0) << "a block was held by two threads at once";
   EXPECT_EQ(CountedBlock::live(), live_before) << "blocks were lost (or deleted twice)";
+}
+
+// One stripe: every thread meets every other at one pair of heads.
+TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLostInOneStripe) { expect_no_block_held_twice_or_lost<1>(GetParam()); }
+
+// Four stripes: threads give at their home stripes (two threads on one at 8 threads) and take
+// wherever they find a bundle.
+TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLostInFourStripes) {
+  expect_no_block_held_twice_or_lost<4>(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, SpareBlockDepotConcurrency, testing::Values(2, 4, 8),

@@ -140,8 +140,8 @@ class Depot {
   }
   /// An empty magazine if one is spare, else kNilIndex. Never allocates.
   std::uint32_t take_spare_empty(Arena &arena) noexcept {
-    return pop_first_found(arena, &DepotStripeHints::empty_from, [this](std::uint32_t stripe) -> Stack & {
-      return stripes_[stripe].empty.value;
+    return pop_from_first_stripe_found<kStripes>(&DepotStripeHints::empty_from, [&](std::uint32_t stripe) {
+      return stripes_[stripe].empty.value.pop(arena);
     }).index;
   }
 
@@ -239,14 +239,7 @@ class Depot {
     CacheLinePadded<FilledStack> filled;
     CacheLinePadded<Stack> empty;
   };
-  struct Found {
-    std::uint32_t index, stripe;
-  };
-
-  static std::uint32_t home() noexcept {
-    if constexpr (kStripes == 1) return 0;
-    return depot_stripe_hints().home & (kStripes - 1);
-  }
+  static std::uint32_t home() noexcept { return home_stripe<kStripes>(); }
 
   Stack &filled(std::uint32_t stripe) noexcept { return stripes_[stripe].filled.value.stack; }
 
@@ -266,28 +259,11 @@ class Depot {
       idle_count(limit, stripe).fetch_sub(count, std::memory_order_relaxed);
   }
 
-  // Pops from the stripe the hint names first, then from the others in turn; remembers where it
-  // found one. {kNilIndex, _} if every stripe's stack was empty when looked at.
-  template <class StackOf>
-  Found pop_first_found(Arena &arena, std::uint32_t DepotStripeHints::*hint, StackOf stack_of) noexcept {
-    if constexpr (kStripes == 1) return {stack_of(0).pop(arena), 0};
-    DepotStripeHints &hints = depot_stripe_hints();
-    for (std::uint32_t i = 0; i < kStripes; ++i) {
-      const std::uint32_t stripe = (hints.*hint + i) & (kStripes - 1);
-      const std::uint32_t index = stack_of(stripe).pop(arena);
-      if (index != kNilIndex) {
-        hints.*hint = stripe;
-        return {index, stripe};
-      }
-    }
-    return {kNilIndex, 0};
-  }
-
   // A magazine from `filled`, checked: one that holds nothing is not handed on (its node is
   // dropped, never reused) and the corruption is reported.
   std::uint32_t pop_filled(Arena &arena, std::uint32_t &stripe) noexcept {
-    const Found found = pop_first_found(arena, &DepotStripeHints::filled_from,
-                                        [this](std::uint32_t at) -> Stack & { return filled(at); });
+    const FoundInStripe found = pop_from_first_stripe_found<kStripes>(
+        &DepotStripeHints::filled_from, [&](std::uint32_t at) { return filled(at).pop(arena); });
     stripe = found.stripe;
     if (found.index == kNilIndex || !arena[found.index].empty()) [[likely]]
       return found.index;

@@ -1043,7 +1043,7 @@ class EventPoolCore {
   ForkGuard fork_guard_;
   Arena arena_;
   std::unique_ptr<DeviceDepot[]> depots_;
-  SpareBlockDepot<SharedLeaseBlock, Policy::template atomic, Stack> spare_block_depot_;
+  SpareBlockDepot<SharedLeaseBlock, Policy::template atomic, Stack, Policy::depot_stripes> spare_block_depot_;
   std::unique_ptr<SharedCallCounts[]> counts_;  // per device; only with Policy::count_calls
   std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 

@@ -24,20 +24,32 @@
 //
 //   | next (u32) | count (u32) | blocks[0] ... blocks[kCapacity - 1] | padding to 256 bytes |
 //
-// The nodes sit on two tagged stacks (tagged_index_stack.h): `bundles` holds those with blocks,
+// The nodes sit on tagged stacks (tagged_index_stack.h): `bundles` holds those with blocks,
 // `empty` the nodes free for the next hand-over. They are index stacks for the same reason as the
 // event depot's: a node is reused as soon as it is popped, so a pointer stack would need its own
 // ABA defence. `count` and `blocks` are plain: only a bundle's holder touches them, and the stacks'
 // release and acquire publish them, and the blocks they name, to the next holder.
 //
-// Memory: blocks are created only when a beginning thread finds none in its stack and none in the
-// depot, so a pool never has more than its peak of shared leases alive at once plus what the
-// threads' stacks keep (kCapacity each) and what a thread holds in the middle of a hand-over.
-// Trim, Purge and the pool's destruction delete the depot's blocks; the threads' stacks keep
-// theirs until the thread or the pool goes. The nodes, one per bundle the depot held at once, stay
+// Stripes. One pair of heads would be met by every thread of every pipeline, four times per
+// bundle (a node off `empty` and the bundle onto `bundles` to give; the reverse to take): on the
+// H200 host, 8 pairs of threads handing shared leases over ran at 30 M leases/s in all, twice
+// what one pair did (docs/benchmarks.md, "Shared leases that another thread ends"). So, as the event
+// depot does (depot.h), the depot keeps Stripes pairs, each on lines of its own: a thread gives to
+// its home stripe and takes first from the stripe where it last found a bundle
+// (depot_stripe_hints.h), so that the thread beginning the leases soon meets the thread ending them
+// at one pair of heads that few others touch. A taken bundle's node goes back to the `empty` of
+// the stripe it came from, where its giver looks for one: nodes stay with the stripe they were
+// first given to.
+//
+// Memory: blocks are created only when a beginning thread finds none in its stack and none in any
+// stripe of the depot when it looks there, so a pool never has more than its peak of shared
+// leases alive at once plus what the threads' stacks keep (kCapacity each), what a thread holds in
+// the middle of a hand-over, and a bundle given to a stripe that a scan had already passed. Trim,
+// Purge and the pool's destruction delete the depot's blocks; the threads' stacks keep theirs until
+// the thread or the pool goes. The nodes, for each stripe as many as it held bundles at once, stay
 // with the arena until the pool's state is deleted. Ending a lease may therefore allocate: a node
-// (a chunk of them) when the depot has none spare; without memory the stack stays with its thread
-// and the block being ended is deleted.
+// (a chunk of them) when the giver's stripe has none spare; without memory the stack stays with
+// its thread and the block being ended is deleted.
 //
 // fork(): the stacks are consistent in a child whatever the parent's other threads were doing (each
 // step is one compare-exchange). A bundle such a thread had popped and not yet unpacked, or a chain
@@ -45,21 +57,25 @@
 // one node per thread, since blocks hold no event.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/depot_stripe_hints.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/shared_lease_block.h"
 
 namespace evpool::detail {
 
-/// `Block` is a SharedLeaseBlock; `Stack` a TaggedIndexStack over `Atomic`. give and take are
-/// thread-safe and lock-free (give allocates a node when none is spare); delete_all too, but it
-/// deletes blocks (operator delete). The destructor runs when no thread can reach the depot.
-template <class Block, template <class> class Atomic, class Stack>
+/// `Block` is a SharedLeaseBlock; `Stack` a TaggedIndexStack over `Atomic`; `Stripes` a power of
+/// two. give and take are thread-safe and lock-free (give allocates a node when its stripe has
+/// none spare); delete_all too, but it deletes blocks (operator delete). The destructor runs when
+/// no thread can reach the depot.
+template <class Block, template <class> class Atomic, class Stack, std::uint32_t Stripes>
 class SpareBlockDepot {
  public:
   using Spare = SpareBlocks<Block>;
+  static_assert(Stripes >= 1 && std::has_single_bit(Stripes), "stripes are picked with a mask");
 
   SpareBlockDepot() = default;
   SpareBlockDepot(const SpareBlockDepot &) = delete;
@@ -69,7 +85,8 @@ class SpareBlockDepot {
   /// Takes over every block of `spare` (at least one), which is then empty. False if no node could
   /// be had (no memory): then nothing changed.
   bool give(Spare &spare) noexcept {
-    std::uint32_t index = empty_.value.pop(arena_);
+    Stripe &stripe = stripes_[home_stripe<Stripes>()];
+    std::uint32_t index = stripe.empty.value.pop(arena_);
     if (index == kNilIndex) {
       try {
         index = arena_.allocate();
@@ -79,32 +96,26 @@ class SpareBlockDepot {
     }
     Bundle &bundle = arena_[index];
     bundle.count = spare.give_all(bundle.blocks);
-    bundles_.value.push(index, arena_);  // publishes the bundle and its blocks (release)
+    stripe.bundles.value.push(index, arena_);  // publishes the bundle and its blocks (release)
     return true;
   }
 
-  /// Fills `spare`, which must be empty, with a bundle's blocks; false if the depot holds none.
+  /// Fills `spare`, which must be empty, with a bundle's blocks; false if each stripe held none
+  /// when looked at.
   bool take(Spare &spare) noexcept {
-    const std::uint32_t index = bundles_.value.pop(arena_);  // sees the giver's writes (acquire)
-    if (index == kNilIndex) return false;
-    Bundle &bundle = arena_[index];
+    // The pop sees the giver's writes (acquire).
+    const FoundInStripe found = pop_from_first_stripe_found<Stripes>(
+        &DepotStripeHints::bundles_from, [this](std::uint32_t at) { return stripes_[at].bundles.value.pop(arena_); });
+    if (found.index == kNilIndex) return false;
+    Bundle &bundle = arena_[found.index];
     spare.take_all(bundle.blocks, bundle.count);
-    empty_.value.push(index, arena_);  // last: the node may be refilled at once
+    stripes_[found.stripe].empty.value.push(found.index, arena_);  // last: the node may be refilled at once
     return true;
   }
 
   /// Deletes every block the depot holds; gives made meanwhile may stay.
   void delete_all() noexcept {
-    const std::uint32_t first = bundles_.value.pop_all();  // the chain is ours alone (acquire)
-    if (first == kNilIndex) return;
-    for (std::uint32_t index = first;;) {
-      Bundle &bundle = arena_[index];
-      for (std::uint32_t i = 0; i < bundle.count; ++i) delete bundle.blocks[i];
-      bundle.count = 0;
-      const std::uint32_t next = bundle.next.load(std::memory_order_relaxed);
-      if (next == kNilIndex) return empty_.value.push_chain(first, index, arena_);
-      index = next;
-    }
+    for (Stripe &stripe : stripes_) delete_all(stripe);
   }
 
  private:
@@ -117,9 +128,26 @@ class SpareBlockDepot {
                 "a bundle holds 16 pointers on two whole lines of its own: givers and takers of "
                 "neighbouring bundles share nothing");
 
+  struct Stripe {
+    CacheLinePadded<Stack> bundles;
+    CacheLinePadded<Stack> empty;
+  };
+
+  void delete_all(Stripe &stripe) noexcept {
+    const std::uint32_t first = stripe.bundles.value.pop_all();  // the chain is ours alone (acquire)
+    if (first == kNilIndex) return;
+    for (std::uint32_t index = first;;) {
+      Bundle &bundle = arena_[index];
+      for (std::uint32_t i = 0; i < bundle.count; ++i) delete bundle.blocks[i];
+      bundle.count = 0;
+      const std::uint32_t next = bundle.next.load(std::memory_order_relaxed);
+      if (next == kNilIndex) return stripe.empty.value.push_chain(first, index, arena_);
+      index = next;
+    }
+  }
+
   NodeArena<Bundle, Atomic> arena_;
-  CacheLinePadded<Stack> bundles_;
-  CacheLinePadded<Stack> empty_;
+  Stripe stripes_[Stripes];
 };
 
 }  // namespace evpool::detail
