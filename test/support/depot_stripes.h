@@ -12,7 +12,7 @@ namespace evpool::testing_support {
 /// Makes the depots' choice of stripes repeat from run to run: the round robin of home stripes
 /// starts again and the calling thread (the one that sets a scenario up) forgets its hints, so
 /// that its next call takes home stripe 0, and the threads it then starts 1, 2, ... in the order
-/// they first give a magazine back. Deterministic schedules need it before each run's setup: an
+/// they first take from or give to a striped depot (of events or of spare blocks), of any pool. Deterministic schedules need it before each run's setup: an
 /// exhaustive strategy replays a recorded schedule, and a run whose threads met other stripes
 /// would take other steps (the replay then picks a thread that has finished, and the scheduler
 /// waits forever).

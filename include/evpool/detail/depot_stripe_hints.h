@@ -71,12 +71,13 @@ template <std::uint32_t Stripes, class Pop>
 FoundInStripe pop_from_first_stripe_found(std::uint32_t DepotStripeHints::*hint, Pop pop) noexcept {
   static_assert(Stripes >= 1 && std::has_single_bit(Stripes), "stripes are picked with a mask");
   if constexpr (Stripes == 1) return {pop(0u), 0};
-  std::uint32_t &first = depot_stripe_hints().*hint;
+  std::uint32_t &hinted = depot_stripe_hints().*hint;
+  const std::uint32_t first = hinted;  // read once: the scan covers every stripe whatever moves the hint
   for (std::uint32_t i = 0; i < Stripes; ++i) {
     const std::uint32_t stripe = (first + i) & (Stripes - 1);
     const std::uint32_t index = pop(stripe);
     if (index != kNilIndex) {
-      first = stripe;
+      hinted = stripe;
       return {index, stripe};
     }
   }

@@ -32,29 +32,31 @@
 //
 // Stripes. One pair of heads would be met by every thread of every pipeline, four times per
 // bundle (a node off `empty` and the bundle onto `bundles` to give; the reverse to take): on the
-// H200 host, 8 pairs of threads handing shared leases over ran at 30 M leases/s in all, twice
-// what one pair did (docs/benchmarks.md, "Shared leases that another thread ends"). So, as the event
-// depot does (depot.h), the depot keeps Stripes pairs, each on lines of its own: a thread gives to
-// its home stripe and takes first from the stripe where it last found a bundle
-// (depot_stripe_hints.h), so that the thread beginning the leases soon meets the thread ending them
-// at one pair of heads that few others touch. A taken bundle's node goes back to the `empty` of
-// the stripe it came from, where its giver looks for one: nodes stay with the stripe they were
-// first given to.
+// H200 host, 8 pairs of threads handing shared leases over ran at 30 M leases/s in all, 1.7 times
+// what one pair did (docs/benchmarks.md, "Shared leases that another thread ends"). So, as the
+// event depot does (depot.h), the depot keeps Stripes pairs, each on lines of its own: a thread
+// gives to its home stripe and takes first from the stripe where it last found a bundle
+// (depot_stripe_hints.h), so that the thread beginning the leases soon looks first where the
+// thread ending them gives, and fewer threads meet at each pair of heads. Home stripes are dealt
+// round-robin to threads in the order they first reach a striped depot, not by pipeline, so two
+// ending threads may share a stripe. A taken bundle's node goes back to the `empty` of the stripe
+// it came from, where its giver looks for one: a node stays in the stripe it was first given to.
 //
 // Memory: blocks are created only when a beginning thread finds none in its stack and none in any
 // stripe of the depot when it looks there, so a pool never has more than its peak of shared
 // leases alive at once plus what the threads' stacks keep (kCapacity each), what a thread holds in
 // the middle of a hand-over, and a bundle given to a stripe that a scan had already passed. Trim,
 // Purge and the pool's destruction delete the depot's blocks; the threads' stacks keep theirs until
-// the thread or the pool goes. The nodes, for each stripe as many as it held bundles at once, stay
-// with the arena until the pool's state is deleted. Ending a lease may therefore allocate: a node
+// the thread or the pool goes. The nodes, for each stripe about as many as it held bundles at
+// once (more while a delete_all holds a stripe's chain and givers find no node), stay with the
+// arena until the pool's state is deleted. Ending a lease may therefore allocate: a node
 // (a chunk of them) when the giver's stripe has none spare; without memory the stack stays with
 // its thread and the block being ended is deleted.
 //
 // fork(): the stacks are consistent in a child whatever the parent's other threads were doing (each
 // step is one compare-exchange). A bundle such a thread had popped and not yet unpacked, or a chain
-// delete_all was walking, is lost to the child: memory only, at most a stack's worth of blocks and
-// one node per thread, since blocks hold no event.
+// delete_all was walking, is lost to the child: memory only (a stack's worth of blocks and a node
+// per such thread, or a stripe's chain), since blocks hold no event.
 #pragma once
 
 #include <bit>
