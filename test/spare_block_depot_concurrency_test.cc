@@ -1,9 +1,10 @@
 // SpareBlockDepot under concurrency: threads hand chains of blocks to one depot (of one stripe,
 // and of four) and take bundles back, in bundles of random sizes, while another thread deletes
-// everything the depot holds from time to time (as Trim does). Checked: no block is held by two threads at once (each holder marks it), and
-// none is lost or deleted twice (at the end, once the depot and every thread have deleted what
-// they hold, no block is alive; a double delete is what ASan, which ./tools/test runs this suite
-// under, reports). The memory orders that publish a bundle show under ThreadSanitizer.
+// everything the depot holds from time to time (as Trim does). Checked: no block is held by two
+// threads at once (each holder marks it), and none is lost or deleted twice (at the end, once the
+// depot and every thread have deleted what they hold, no block is alive; a double delete is what
+// ASan, which ./tools/test runs this suite under, reports). The memory orders that publish a
+// bundle show under ThreadSanitizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,7 +86,9 @@ void expect_no_block_held_twice_or_lost(int threads) {
 }
 
 // One stripe: every thread meets every other at one pair of heads.
-TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLostInOneStripe) { expect_no_block_held_twice_or_lost<1>(GetParam()); }
+TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLostInOneStripe) {
+  expect_no_block_held_twice_or_lost<1>(GetParam());
+}
 
 // Four stripes: threads give at their home stripes (two threads on one at 8 threads) and take
 // wherever they find a bundle.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -41,6 +42,16 @@ std::vector<CountedBlock *> give_from_a_new_thread(AnyDepot &depot, std::uint32_
   return blocks;
 }
 
+// Takes a bundle, which must hold exactly the blocks of one of `given` (a bundle holds what one
+// giver gave), and deletes them.
+void take_one_of(Depot &depot, const std::vector<std::vector<CountedBlock *>> &given) {
+  CountedSpareBlocks taker;
+  ASSERT_TRUE(depot.take(taker)) << "no bundle found";
+  const std::vector<CountedBlock *> taken = test::take_every_block(taker);
+  EXPECT_TRUE(std::find(given.begin(), given.end(), taken) != given.end()) << "a bundle holds what one giver gave";
+  for (CountedBlock *block : taken) delete block;
+}
+
 TEST(SpareBlockDepot, AnEmptyDepotFillsNothing) {
   Depot depot;
   CountedSpareBlocks spare;
@@ -59,13 +70,7 @@ TEST(SpareBlockDepot, BundlesComeBackWholeAndEmptyTheGiver) {
     ASSERT_TRUE(depot.give(second));
     EXPECT_EQ(first.count(), 0u) << "the giver keeps nothing";
     EXPECT_EQ(second.count(), 0u);
-    for (int i = 0; i < 2; ++i) {
-      CountedSpareBlocks taker;
-      ASSERT_TRUE(depot.take(taker));
-      const std::vector<CountedBlock *> taken = test::take_every_block(taker);
-      EXPECT_TRUE(taken == two || taken == sixteen) << "a bundle holds what one giver gave";
-      for (CountedBlock *block : taken) delete block;
-    }
+    for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(take_one_of(depot, {two, sixteen}));
     CountedSpareBlocks taker;
     EXPECT_FALSE(depot.take(taker)) << "both bundles were taken";
   }
@@ -84,10 +89,8 @@ TEST(SpareBlockDepot, ATakerFindsBundlesInEveryStripe) {
   std::vector<std::vector<CountedBlock *>> given;
   for (std::uint32_t count : {3u, 5u, 2u}) given.push_back(give_from_a_new_thread(depot, count));
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(depot.take(taker)) << "bundle " << i << " of 3, in stripes 1 to 3, not found";
-    const std::vector<CountedBlock *> taken = test::take_every_block(taker);
-    EXPECT_TRUE(taken == given[0] || taken == given[1] || taken == given[2]);
-    for (CountedBlock *block : taken) delete block;
+    SCOPED_TRACE(testing::Message() << "bundle " << i << " of 3, in stripes 1 to 3");
+    ASSERT_NO_FATAL_FAILURE(take_one_of(depot, given));
   }
   EXPECT_FALSE(depot.take(taker));
   EXPECT_EQ(CountedBlock::live(), live_before);
