@@ -142,6 +142,9 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnEventWhoseRecordedDeviceIsNotInThePoolIsOu
   Event stranger = this->backend.adopt(this->backend.create(0, 1), 7);
   expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger)); },
                                   {"device ordinal 7"});
+  // Named by the caller too: the recorded and the given device agree, and neither is the pool's.
+  expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger), 7); },
+                                  {"device ordinal 7"});
   EXPECT_TRUE(stranger);
 }
 
