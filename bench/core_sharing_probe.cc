@@ -5,8 +5,8 @@
 // mode"). The VMs have no PMU, so this tells the candidate causes apart by their signatures,
 // with two loops that touch no memory, measured in the same rounds as the pools:
 //
-//   - `alu-wide`: eight independent chains of adds, bound by how many instructions the core
-//     issues per cycle. A hyperthread sibling that the guest cannot see (lscpu reports one thread
+//   - `alu-wide`: eight chains of adds that run side by side, bound by how many instructions the
+//     core issues per cycle. A hyperthread sibling that the guest cannot see (lscpu reports one thread
 //     per core) takes issue slots from it: it slows down.
 //   - `alu-chain`: one chain of multiply-adds, bound by latency, issuing less than one
 //     instruction a cycle. A sibling leaves it alone; a lower clock slows it as much as the wide
@@ -16,8 +16,8 @@
 // loop's step took less than `quiet_ratio` of its chain loop's step, "shared" otherwise; per
 // class, the median of every loop and of each pool's time over `private`'s in the same round. The
 // ratio of the two loops does not move with the clock. On a core of its own the wide step is
-// about two thirds of the chain step (12 adds on the 5 ALUs of these Xeons, 2.4 cycles, against
-// 4), so the default, 0.8, is that with a fifth to spare. A vCPU whose core is shared all along
+// about two thirds of the chain step (12 adds on the 5 ALUs of these Xeons, 2.4 cycles at best,
+// measured 2.65, against 4), so the default, 0.8, is that with a fifth to spare. A vCPU whose core is shared all along
 // shows no quiet rounds. If only the wide loop and the pools slow down in shared rounds, the cause
 // is issue slots taken by another thread on the core, not the clock, the caches or the layout.
 //
@@ -58,8 +58,10 @@ template <class Source>
   return ns_since(start, pairs);
 }
 
-// Eight independent add chains: about two cycles a step on a core of its own. The empty asm keeps
-// each chain in a register and stops the compiler from folding or vectorising the loop.
+// Eight chains of adds that the core runs side by side (each step adds a constant to every chain,
+// then folds four of them into the other four): about two and a half cycles a step on a core of
+// its own. The empty asm keeps every chain in a register and stops the compiler from folding or
+// vectorising the loop.
 [[gnu::noinline]] double ns_per_wide_step(long steps) {
   std::uint64_t a = 1, b = 2, c = 3, d = 4, e = 5, f = 6, g = 7, h = 8;
   const auto start = Clock::now();

@@ -154,6 +154,9 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnEmptyOrMovedFromEventIsInvalid) {
   Event taken = std::move(event);
   expect_error<std::invalid_argument>([&] { this->pool.Put(std::move(event)); }, {"empty event"});
   EXPECT_TRUE(taken);
+  // Empty, though it records a device of the pool, named or not.
+  expect_error<std::invalid_argument>([&] { this->pool.Put(this->backend.adopt(0, 1), 1); }, {"empty event"});
+  expect_error<std::invalid_argument>([&] { this->pool.Put(this->backend.adopt(0, 1)); }, {"empty event"});
 }
 
 TYPED_TEST(BasicEventPoolTest, PutUnderAnotherDeviceThanTheEventsIsInvalidAndKeepsTheEvent) {

@@ -43,12 +43,15 @@ TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
   pool.Reserve(1, 5);
   std::vector<Event> got;
   for (int i = 0; i < 8; ++i) got.push_back(pool.Get(1));  // 5 hits, then 3 misses
-  for (int i = 0; i < 6; ++i) {
-    pool.Put(std::move(got.back()));
+  for (int i = 0; i < 6; ++i) {  // under the recorded device, named or not
+    pool.Put(std::move(got.back()), i % 2 == 0 ? 1 : -1);
     got.pop_back();
   }
   HostBackend outsider(2);
   pool.Put(outsider.adopt(outsider.create(0, 1), -1), 1);  // a bare token: adopted
+  outsider.set_current_device(1);
+  pool.Put(outsider.adopt(outsider.create(0, 1), -1));  // adopted, under the current device
+  outsider.set_current_device(0);
 
   const PoolStats stats = pool.stats();
   ASSERT_EQ(stats.devices.size(), 2u);
@@ -59,14 +62,14 @@ TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
   EXPECT_EQ(figures.gets_hit, 5u);
   EXPECT_EQ(figures.gets_missed, 3u);
   EXPECT_EQ(figures.puts, 6u);
-  EXPECT_EQ(figures.puts_adopted, 1u);
+  EXPECT_EQ(figures.puts_adopted, 2u);
   EXPECT_EQ(figures.outstanding, 2);
-  EXPECT_EQ(figures.idle, 7u);
-  EXPECT_EQ(figures.outstanding_peak_bound, 9u) << "8 created at most, plus 1 adopted";
+  EXPECT_EQ(figures.idle, 8u);
+  EXPECT_EQ(figures.outstanding_peak_bound, 10u) << "8 created at most, plus 2 adopted";
   if (kCached<TypeParam>) {
-    EXPECT_EQ(figures.idle_in_caches, 7u) << "Puts go to the calling thread's cache";
+    EXPECT_EQ(figures.idle_in_caches, 8u) << "Puts go to the calling thread's cache";
   } else {
-    EXPECT_EQ(figures.idle_in_depot, 7u);
+    EXPECT_EQ(figures.idle_in_depot, 8u);
   }
   EXPECT_EQ(stats.devices[0].gets + stats.devices[0].created + stats.devices[0].idle, 0u);
   EXPECT_EQ(stats.total().gets, 8u);

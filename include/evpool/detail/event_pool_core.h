@@ -176,28 +176,23 @@ class EventPoolCore {
     return backend_.adopt(obtain(device, 0), device);
   }
 
-  // Inline, three tests pass the common case: an event of the pool's own, put back under the
-  // device it records, a valid one. An adopted handle (a bare one the caller wrapped) records no
-  // device (-1), so it fails the second test, as does the current device (-1); they and every
-  // error are sorted out of line. An adopted Put is counted apart, so the inlined Put of the
-  // pool's own events neither tests nor keeps that flag (with counting on, keeping it live across
-  // the cache's code cost a spilled register in the benchmark's loop).
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
-    if (event && event.device_id() == device_id && device_in_range(device_id)) [[likely]]
-      return accept(std::move(event), device_id, /*adopted=*/false);
-    put_checking_everything(std::move(event), device_id);
+    if (!event) [[unlikely]]
+      throw_empty_put();
+    // A bare handle wrapped by the caller is adopted: counted apart, out of line, so that the
+    // inlined Put of the pool's own events neither tests nor keeps the flag (with counting on,
+    // keeping it live across the cache's code cost a spilled register in the benchmark's loop).
+    if (event.device_id() == -1) [[unlikely]]
+      return put_adopted(std::move(event), device_id);
+    accept(std::move(event), device_id, /*adopted=*/false);
   }
 
-  // Throws before anything changes for an empty event and a bad or contradicting device.
-  [[gnu::noinline]] void put_checking_everything(event_type &&event, int device_id) {
-    if (!event) throw_empty_put();
-    const bool adopted = event.device_id() == -1;
+  [[gnu::noinline]] void put_adopted(event_type &&event, int device_id) {
+    accept(std::move(event), device_id, /*adopted=*/true);
+  }
+
+  [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
     const int device = device_for_put(event, device_id);
-    accept(std::move(event), device, adopted);
-  }
-
-  // Files `event` under `device` (checked), or destroys it over the idle limit.
-  [[gnu::always_inline]] void accept(event_type &&event, int device, bool adopted) {
     bool kept;
     try {
       kept = keep(event.get(), device, adopted);
@@ -1011,22 +1006,10 @@ class EventPoolCore {
 
   // ---- Arguments -----------------------------------------------------------------------------
 
-  // One test inline: a valid ordinal passes, and the current device (-1) and every error fail it
-  // and are sorted out of line.
   [[gnu::always_inline]] int resolve_device(int device_id, const char *operation) const {
-    if (device_in_range(device_id)) [[likely]]
-      return device_id;
-    return resolve_current_or_throw(device_id, operation);
-  }
-
-  [[gnu::noinline]] int resolve_current_or_throw(int device_id, const char *operation) const {
     const int device = device_id == -1 ? backend_.current_device() : device_id;
     check_device(device, operation);
     return device;
-  }
-
-  [[gnu::always_inline]] bool device_in_range(int device) const noexcept {
-    return static_cast<unsigned>(device) < static_cast<unsigned>(device_count_);
   }
 
   [[gnu::always_inline]] int device_for_put(const event_type &event, int device_id) const {
