@@ -2,12 +2,13 @@
 //
 // On the H200 hosts the pair loop of one thread runs at about 3.5 or about 6 ns a pair, in windows
 // of a few hundred milliseconds, while `private` barely changes (docs/benchmarks.md, "The slow
-// mode"). The VMs have no PMU, so this tells the candidate causes apart by their signatures,
-// with two loops that touch no memory, measured in the same rounds as the pools:
+// mode" and "The slow mode is a shared core"). The VMs have no PMU, so this tells the candidate
+// causes apart by their signatures, with two loops that touch no memory, measured in the same
+// rounds as the pools:
 //
 //   - `alu-wide`: eight chains of adds that run side by side, bound by how many instructions the
-//     core issues per cycle. A hyperthread sibling that the guest cannot see (lscpu reports one thread
-//     per core) takes issue slots from it: it slows down.
+//     core issues per cycle. Another thread on the physical core (a hyperthread sibling that the
+//     guest cannot see: lscpu reports one thread per core) takes issue slots from it: it slows.
 //   - `alu-chain`: one chain of multiply-adds, bound by latency, issuing less than one
 //     instruction a cycle. A sibling leaves it alone; a lower clock slows it as much as the wide
 //     loop.
@@ -17,9 +18,10 @@
 // class, the median of every loop and of each pool's time over `private`'s in the same round. The
 // ratio of the two loops does not move with the clock. On a core of its own the wide step is
 // about two thirds of the chain step (12 adds on the 5 ALUs of these Xeons, 2.4 cycles at best,
-// measured 2.65, against 4), so the default, 0.8, is that with a fifth to spare. A vCPU whose core is shared all along
-// shows no quiet rounds. If only the wide loop and the pools slow down in shared rounds, the cause
-// is issue slots taken by another thread on the core, not the clock, the caches or the layout.
+// measured 2.65, against 4), so the default, 0.8, is that with a fifth to spare. A vCPU whose core
+// is shared all along shows no quiet rounds. If only the wide loop and the pools slow down in
+// shared rounds, the cause is issue slots taken by another thread on the core, not the clock, the
+// caches or the layout.
 //
 // Usage: evpool_core_sharing_probe [host|cuda] [rounds, default 400] [pairs per loop, default
 // 200000] [quiet_ratio, default 0.8] [--each]; with --each, every round's figures too.
