@@ -25,7 +25,7 @@
 //
 // Usage: evpool_core_sharing_probe [host|cuda] [rounds, default 400] [pairs per loop, default
 // 200000] [quiet_ratio, default 0.8] [--each]; with --each, every round's figures too.
-#include <benchmark/benchmark.h>  // DoNotOptimize, as in the contention benchmark's loop
+#include <benchmark/benchmark.h>  // DoNotOptimize
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +40,7 @@
 #include "evpool/cuda_backend.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
+#include "one_thread_pair_loop.h"
 #include "thread_private_stacks.h"
 
 namespace {
@@ -49,16 +50,7 @@ double ns_since(Clock::time_point start, long steps) {
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(steps);
 }
 
-template <class Source>
-[[gnu::noinline]] double ns_per_pair(Source &source, long pairs) {
-  const auto start = Clock::now();
-  for (long i = 0; i < pairs; ++i) {
-    auto event = source.Get(0);
-    benchmark::DoNotOptimize(event);
-    source.Put(std::move(event), 0);
-  }
-  return ns_since(start, pairs);
-}
+using evpool::bench::ns_per_pair;
 
 // Eight chains of adds that the core runs side by side (each step adds a constant to every chain,
 // then folds four of them into the other four): about two and a half cycles a step on a core of

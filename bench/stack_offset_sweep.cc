@@ -12,10 +12,7 @@
 // Usage: evpool_stack_offset_sweep [host|cuda] [pairs per offset, default 1000000] [--each]
 // Prints, per variant, the least, quartiles and most ns per pair over the 256 offsets, and the
 // same of each pool's time per pair over private's at the same offset; with --each, every offset.
-#include <benchmark/benchmark.h>  // DoNotOptimize, as in the contention benchmark's loop
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,23 +24,14 @@
 #include "evpool/cuda_backend.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
+#include "one_thread_pair_loop.h"
 #include "thread_private_stacks.h"
 
 namespace {
 
 constexpr std::size_t kPage = 4096, kStep = 16;
 
-template <class Source>
-[[gnu::noinline]] double ns_per_pair(Source &source, long pairs) {
-  const auto start = std::chrono::steady_clock::now();
-  for (long i = 0; i < pairs; ++i) {
-    auto event = source.Get(0);
-    benchmark::DoNotOptimize(event);
-    source.Put(std::move(event), 0);
-  }
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
-         static_cast<double>(pairs);
-}
+using evpool::bench::ns_per_pair;
 
 // The loop's frame lies `shift` bytes further down the stack than with a shift of 0.
 template <class Source>

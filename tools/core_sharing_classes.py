@@ -3,8 +3,8 @@
 
 Usage: tools/core_sharing_classes.py DIR [QUIET_RATIO]
 
-Every DIR/*.txt is read. A file named BUILD-cpuN-... belongs to build BUILD (an A/B run),
-any other file to one group. A round is quiet if its wide loop's step took less than QUIET_RATIO
+Every DIR/*.txt is read. A file named BUILD-cpuN.txt belongs to build BUILD (a comparison of
+builds), any other file to one group. A round is quiet if its wide loop's step took less than QUIET_RATIO
 (default 0.8) of its chain loop's step, the rule of bench/core_sharing_probe.cc; pooling rounds
 from many processes and vCPUs uses the same rule for every one of them. Prints, per group and
 class, the rounds and the median of each loop and of each pool's time over private's in the same
