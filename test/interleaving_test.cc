@@ -19,12 +19,17 @@
 //   the node arena across its first chunk boundary;
 // - seeded random schedules: 3 threads x 4 operations with Purges, 2 devices (4,000); 3 threads x
 //   4 operations of every kind with an idle limit, 2 devices (2,000).
+// With EVPOOL_INTERLEAVINGS=sample (the quick run, ./tools/test) the scenarios run a seeded random
+// sample instead: kSampledSchedules schedules in place of each exhaustive exploration, an eighth of
+// each random one. The AbaWindow tests always explore exhaustively: they are small, and the one
+// that must find a corruption needs the schedule that shows it.
 //
 // The AbaWindow tests show that the checks can fail: with a narrow tag they see the corruption an
 // ABA on a stack head causes, and with the production tag the same schedules are clean.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -363,8 +368,18 @@ Violations explore_exhaustively(const Scenario &scenario, int preemption_bound, 
   return violations;
 }
 
+// The quick run's sample (see the top of the file).
+constexpr int kSampledSchedules = 300;
+bool sampling() {
+  static const bool sample = [] {
+    const char *mode = std::getenv("EVPOOL_INTERLEAVINGS");
+    return mode != nullptr && std::string(mode) == "sample";
+  }();
+  return sample;
+}
+
 template <class Policy>
-Violations explore_randomly(const Scenario &scenario, int schedules, unsigned seed, const char *label) {
+Violations run_random_schedules(const Scenario &scenario, int schedules, unsigned seed, const char *label) {
   Violations violations;
   for (int i = 0; i < schedules; ++i) {
     RandomStrategy strategy(seed + static_cast<unsigned>(i));
@@ -375,6 +390,19 @@ Violations explore_randomly(const Scenario &scenario, int schedules, unsigned se
               violations.describe().c_str());
   std::fflush(stdout);
   return violations;
+}
+
+// `schedules` seeded random schedules; an eighth of them in the quick run's sample.
+template <class Policy>
+Violations explore_randomly(const Scenario &scenario, int schedules, unsigned seed, const char *label) {
+  return run_random_schedules<Policy>(scenario, sampling() ? schedules / 8 : schedules, seed, label);
+}
+
+// Every schedule up to the bound; kSampledSchedules random ones in the quick run's sample.
+template <class Policy>
+Violations explore(const Scenario &scenario, int preemption_bound, const char *label) {
+  if (sampling()) return run_random_schedules<Policy>(scenario, kSampledSchedules, 1, label);
+  return explore_exhaustively<Policy>(scenario, preemption_bound, label);
 }
 
 // Stalls thread 0 at each of its yield points in turn, letting the other threads run to their end
@@ -440,20 +468,20 @@ TYPED_TEST_SUITE(Interleavings, PoliciesUnderTest, PolicyNames);
 
 TYPED_TEST(Interleavings, TwoThreadsOnOneDevice) {
   const Scenario scenario{.prewarm = {0}, .threads = {{Get(), Put(), Get()}, {Get(), Put(), Get()}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 3, "2 threads x 3 ops, 1 device"));
+  expect_none(explore<TypeParam>(scenario, 3, "2 threads x 3 ops, 1 device"));
 }
 
 TYPED_TEST(Interleavings, TwoThreadsOnTwoDevicesWithPurge) {
   const Scenario scenario{.devices = 2,
                           .prewarm = {0, 1},
                           .threads = {{Get(0), Put(), Get(1)}, {Get(1), Purge(), Put()}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 3, "2 threads x 3 ops with Purge, 2 devices"));
+  expect_none(explore<TypeParam>(scenario, 3, "2 threads x 3 ops with Purge, 2 devices"));
 }
 
 TYPED_TEST(Interleavings, TwoThreadsWithATrimThatKeepsSome) {
   const Scenario scenario{.prewarm = {0, 0, 0},
                           .threads = {{Get(), Put(), Get()}, {TrimToOne(), Get(), Put()}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 2, "2 threads x 3 ops with Trim(1), 1 device"));
+  expect_none(explore<TypeParam>(scenario, 2, "2 threads x 3 ops with Trim(1), 1 device"));
 }
 
 TYPED_TEST(Interleavings, ThreeThreadsOnOneDevice) {
@@ -461,9 +489,9 @@ TYPED_TEST(Interleavings, ThreeThreadsOnOneDevice) {
   // With caches, registering three caches and trading magazines lengthens every history so much
   // that bound 2 does not finish in CI's time: bound 1, and a random sample for deeper schedules.
   if constexpr (TypeParam::cache_capacity == 0) {
-    expect_none(explore_exhaustively<TypeParam>(scenario, 2, "3 threads x 2 ops, 1 device"));
+    expect_none(explore<TypeParam>(scenario, 2, "3 threads x 2 ops, 1 device"));
   } else {
-    expect_none(explore_exhaustively<TypeParam>(scenario, 1, "3 threads x 2 ops, 1 device"));
+    expect_none(explore<TypeParam>(scenario, 1, "3 threads x 2 ops, 1 device"));
     expect_none(explore_randomly<TypeParam>(scenario, 4000, 1, "3 threads x 2 ops, 1 device"));
   }
 }
@@ -481,7 +509,7 @@ TYPED_TEST(Interleavings, ThreeThreadsRandomSample) {
 TYPED_TEST(Interleavings, UniqueLeasesTakenAndReturnedOnTwoThreads) {
   const Scenario scenario{.prewarm = {0},
                           .threads = {{Lease(), ReturnLease(), Lease()}, {Lease(), Get(), ReturnLease()}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 3, "unique leases, 2 threads x 3 ops"));
+  expect_none(explore<TypeParam>(scenario, 3, "unique leases, 2 threads x 3 ops"));
 }
 
 // A shared lease keeps its event in its node, off both stacks, and the copy that dies last, on
@@ -490,7 +518,7 @@ TYPED_TEST(Interleavings, ASharedLeaseCopiedToAnotherThreadReturnsWithItsLastCop
   const Scenario scenario{.prewarm = {0},
                           .threads = {{LeaseShared(), PostShared(), DropShared()},
                                       {Get(), DropPosted(), Get()}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 2, "shared lease released on another thread"));
+  expect_none(explore<TypeParam>(scenario, 2, "shared lease released on another thread"));
 }
 
 // Put and the return of a shared lease each take a place under the limit before pushing; Gets
@@ -500,13 +528,13 @@ TYPED_TEST(Interleavings, TheIdleLimitHoldsWhilePutsAndLeaseReturnsRace) {
   const Scenario scenario{.prewarm = {0},
                           .threads = {{Get(), Get(), Put(), Put()}, {LeaseShared(), Get(), DropShared(), Put()}},
                           .max_idle = 1};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 2, "idle limit 1, Puts and shared-lease returns"));
+  expect_none(explore<TypeParam>(scenario, 2, "idle limit 1, Puts and shared-lease returns"));
 }
 
 // Reserve creates events and puts them one by one, while Gets take them.
 TYPED_TEST(Interleavings, ReserveRacingGets) {
   const Scenario scenario{.prewarm = {0}, .threads = {{Reserve(0, 2)}, {Get(), Get(), Put()}}, .max_idle = 2};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 2, "Reserve(2) racing Gets, idle limit 2"));
+  expect_none(explore<TypeParam>(scenario, 2, "Reserve(2) racing Gets, idle limit 2"));
 }
 
 // 63 prewarmed events fill all but the last node of the arena's first chunk (64 nodes), and the
@@ -515,7 +543,7 @@ TYPED_TEST(Interleavings, ReserveRacingGets) {
 TYPED_TEST(Interleavings, ArenaGrowsAcrossAChunkBoundaryUnderConcurrentPuts) {
   const Scenario scenario{.prewarm = std::vector<int>(63, 0),
                           .threads = {{Reserve(0, 2)}, {Reserve(0, 2)}}};
-  expect_none(explore_exhaustively<TypeParam>(scenario, 2, "Puts growing the arena past node 63"));
+  expect_none(explore<TypeParam>(scenario, 2, "Puts growing the arena past node 63"));
 }
 
 // A shared lease that ends on the inlined way (its thread's cache warm: a spare block, room in the
