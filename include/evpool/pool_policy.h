@@ -104,7 +104,7 @@ struct NoCachePolicy : Base {
   // Exactly the pool before the caches: one pair of heads that every thread meets on every call,
   // with exponential backoff.
   static constexpr unsigned depot_stripes = 1;
-  using backoff = detail::ExponentialBackoff<>;
+  using backoff = detail::ExponentialBackoff;
 };
 
 /// Same as `Base`, but with magazines of `Capacity` events that never grow: a thread trades with
@@ -122,24 +122,11 @@ struct NoStatsPolicy : Base {
   static constexpr bool count_calls = false;
 };
 
-/// Same as `Base`, but retrying failed compare-exchanges at once.
-template <class Base = DefaultPoolPolicy>
-struct NoBackoffPolicy : Base {
-  using backoff = detail::NoBackoff;
-};
-
 /// Same as `Base`, but waiting 1, 2, 4, ... up to 256 pause instructions after each failed
 /// compare-exchange of one operation (detail/backoff.h).
 template <class Base = DefaultPoolPolicy>
 struct ExponentialBackoffPolicy : Base {
-  using backoff = detail::ExponentialBackoff<>;
-};
-
-/// Same as `Base`, but with a `Bits`-wide ABA tag. For tests that demonstrate ABA; never use a
-/// width below 40 in production.
-template <unsigned Bits, class Base = DefaultPoolPolicy>
-struct NarrowTagPolicy : Base {
-  static constexpr unsigned tag_bits = Bits;
+  using backoff = detail::ExponentialBackoff;
 };
 
 }  // namespace evpool

@@ -37,4 +37,4 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
 }  // namespace
 
 template class evpool::BasicEventPool<MinimalBackend>;
-template class evpool::BasicEventPool<MinimalBackend, evpool::NoBackoffPolicy<>>;
+template class evpool::BasicEventPool<MinimalBackend, evpool::ExponentialBackoffPolicy<>>;

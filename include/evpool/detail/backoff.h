@@ -25,15 +25,15 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-/// Spins 1, 2, 4, ... up to MaxSpins pauses on successive failures of one operation.
-template <std::uint32_t MaxSpins = 256>
+/// Spins 1, 2, 4, ... up to kMaxSpins pauses on successive failures of one operation.
 class ExponentialBackoff {
-  static_assert(MaxSpins >= 1 && (MaxSpins & (MaxSpins - 1)) == 0, "a power of two");
-
  public:
+  static constexpr std::uint32_t kMaxSpins = 256;
+  static_assert((kMaxSpins & (kMaxSpins - 1)) == 0, "doubling from 1 reaches it exactly");
+
   void operator()() noexcept {
     for (std::uint32_t i = 0; i < spins_; ++i) cpu_relax();
-    if (spins_ < MaxSpins) spins_ *= 2;
+    if (spins_ < kMaxSpins) spins_ *= 2;
   }
 
  private:

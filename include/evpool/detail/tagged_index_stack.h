@@ -57,7 +57,7 @@ namespace evpool::detail {
 /// allocates or throws. `Backoff` is called after each failed compare-exchange of one operation
 /// (see backoff.h).
 template <template <class> class Atomic, unsigned TagBits = kMaxTagBits,
-          class Backoff = ExponentialBackoff<>>
+          class Backoff = ExponentialBackoff>
 class TaggedIndexStack {
   static_assert(TagBits >= 1 && TagBits <= kMaxTagBits,
                 "the tag shares a 64-bit word with a kIndexBits-bit index");
