@@ -17,7 +17,12 @@
 // evpool reports its pool's node_count(), see LibraryPool in variants.h).
 //
 // Extra flags, before Google Benchmark's own: --list, --threads=1,2,4 (default: powers of two up
-// to twice the hardware threads) and --host_spread_devices=N (default 8).
+// to twice the hardware threads), --host_spread_devices=N (default 8) and --thread_warmup=0 (no
+// warm-up of each thread's source before its timed loop; see Case::warm_up).
+//
+// wall_items_per_second is the same events over the wall-clock span of the timed loops, where
+// items_per_second divides by the mean of the threads' own intervals (Google Benchmark's way):
+// with more threads than cores the two part when the threads run staggered (see Case::Run).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -193,6 +198,8 @@ int main(int argc, char **argv) {
     }
     if (std::strncmp(argv[i], "--threads=", 10) == 0)
       options.threads = parse_thread_counts(argv[i] + 10);
+    else if (std::strncmp(argv[i], "--thread_warmup=", 16) == 0)
+      thread_warm_up = std::atoi(argv[i] + 16) != 0;
     else if (std::strncmp(argv[i], "--host_spread_devices=", 22) == 0)
       HostBackendFactory::spread_devices = std::atoi(argv[i] + 22);
     else
