@@ -1,5 +1,5 @@
-"""Reads Google Benchmark JSON from evpool's contention benchmark; prints tables, writes CSV,
-Markdown tables and plots.
+"""Reads Google Benchmark JSON from evpool's contention benchmark; prints a summary and tables,
+writes CSV, Markdown tables and plots.
 
 Benchmark names are <backend>/<workload>/<variant>/real_time/threads:<n>. With repetitions, only
 the median aggregate is used. Which variants and workloads exist, their order and what each
@@ -11,6 +11,7 @@ import csv
 import json
 import pathlib
 import re
+import zlib
 
 NAME = re.compile(r"^(?P<backend>[^/]+)/(?P<workload>[^/]+)/(?P<variant>[^/]+)"
                   r"/real_time/threads:(?P<threads>\d+)")
@@ -73,6 +74,96 @@ def _by_thread_count(by_variant, variants, cell):
             for t in threads]
 
 
+def _reference(table, known, backend, workload):
+    """(name, {threads: point}) of the workload's limit, the reference the catalogue names for it
+    ("pair/private", "handoff/carrier"); (name, {}) if this run lacks it, (None, {}) if there is
+    none."""
+    reference = known["references"].get(workload)
+    if not reference:
+        return None, {}
+    ref_workload, ref_variant = reference.split("/")
+    return reference, table.get((backend, ref_workload), {}).get(ref_variant, {})
+
+
+# The variants that are not other pools: evpool under its policies (evpool-*), and the bounds a pool
+# is measured against: thread-private stacks, the carrier of the handoff, and no pool at all.
+BOUNDS = ("private", "carrier", "none")
+SUBJECT = "evpool"
+
+
+def is_other_pool(variant):
+    return not variant.startswith(SUBJECT) and variant not in BOUNDS
+
+
+def _ranges(names_by_threads):
+    """'boost' if one name holds at every thread count, else 'boost (1-4), spinlock (8-128)'."""
+    runs = []
+    for threads, name in sorted(names_by_threads.items()):
+        if runs and runs[-1][0] == name:
+            runs[-1][2] = threads
+        else:
+            runs.append([name, threads, threads])
+    if len(runs) == 1:
+        return runs[0][0]
+    return ", ".join(f"{name} ({first})" if first == last else f"{name} ({first}-{last})"
+                     for name, first, last in runs)
+
+
+def _left_table(title, header, rows):
+    """A table whose first and last columns are left-aligned (names), the others right-aligned."""
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(row):
+        cells = [c.ljust(w) if i in (0, len(row) - 1) else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        return "  ".join(cells).rstrip()
+    return [f"\n{title}", line(header)] + [line(row) for row in rows]
+
+
+def summary(table, known=NO_CATALOGUE):
+    """Per backend, two short tables with a row per workload and a column per thread count: evpool's
+    throughput over the best other pool's (spinlock, mutex, boost: not evpool's own variants, not
+    private, carrier or none), naming that pool; and over the workload's limit (its reference).
+    Empty if the run has no evpool."""
+    lines = []
+    for backend in sorted({b for b, _ in table}, key=lambda b: (b != "host", b)):
+        keys = [k for k in _ordered_keys(table, known) if k[0] == backend and SUBJECT in table[k]]
+        if not keys:
+            continue
+        threads = sorted({t for k in keys for t in table[k][SUBJECT]})
+        against_pools, against_limit = [], []
+        for _, workload in keys:
+            by_variant = table[(backend, workload)]
+            ours = by_variant[SUBJECT]
+            others = [v for v in by_variant if is_other_pool(v)]
+            cells, best_names = [], {}
+            for t in threads:
+                candidates = [(by_variant[v][t][0], v) for v in others if t in by_variant[v]]
+                if t in ours and candidates:
+                    best, name = max(candidates)
+                    cells.append(_three_figures(ours[t][0] / best) if best else "-")
+                    best_names[t] = name
+                else:
+                    cells.append("-")
+            if best_names:
+                against_pools.append([workload] + cells + [_ranges(best_names)])
+            reference, ref_points = _reference(table, known, backend, workload)
+            ratios = [f"{ours[t][0] / ref_points[t][0]:.2f}"
+                      if t in ours and ref_points.get(t) and ref_points[t][0] else "-" for t in threads]
+            if any(r != "-" for r in ratios):
+                against_limit.append([workload] + ratios + [reference])
+        columns = [str(t) for t in threads]
+        if against_pools:
+            lines += _left_table(f"{backend}: evpool / the best other pool, by threads (above 1: evpool is faster)",
+                                 ["workload"] + columns + ["best other pool (threads)"], against_pools)
+        if against_limit:
+            lines += _left_table(f"{backend}: evpool / the workload's limit, by threads (1: as fast as the limit)",
+                                 ["workload"] + columns + ["limit"], against_limit)
+    if lines:
+        lines.insert(0, "Summary: throughput ratios at each thread count (medians where repeated)")
+    return "\n".join(lines)
+
+
 def format_tables(table, known=NO_CATALOGUE):
     """Per backend and workload: throughput, throughput as a fraction of the workload's reference
     (from the catalogue), and the events each variant created."""
@@ -84,16 +175,13 @@ def format_tables(table, known=NO_CATALOGUE):
         lines += _format_table(
             f"{backend} / {workload}: million events per second (got and put back), all threads together",
             header, _by_thread_count(by_variant, variants, lambda v, t, p: f"{p[0] / 1e6:.2f}"))
-        reference = known["references"].get(workload)
-        if reference:
-            ref_workload, ref_variant = reference.split("/")
-            ref_points = table.get((backend, ref_workload), {}).get(ref_variant, {})
-            if ref_points:
-                def ratio(_variant, threads, point):
-                    ref = ref_points.get(threads)
-                    return f"{point[0] / ref[0]:.3f}" if ref and ref[0] else "-"
-                lines += _format_table(f"{backend} / {workload}: as a fraction of {backend}/{reference}",
-                                       header, _by_thread_count(by_variant, variants, ratio))
+        reference, ref_points = _reference(table, known, backend, workload)
+        if reference and ref_points:
+            def ratio(_variant, threads, point):
+                ref = ref_points.get(threads)
+                return f"{point[0] / ref[0]:.3f}" if ref and ref[0] else "-"
+            lines += _format_table(f"{backend} / {workload}: as a fraction of {backend}/{reference}",
+                                   header, _by_thread_count(by_variant, variants, ratio))
         lines += _format_table(f"{backend} / {workload}: events created, pre-warming included", header,
                                _by_thread_count(by_variant, variants,
                                                 lambda v, t, p: "-" if p[1] is None else str(int(p[1]))))
@@ -148,9 +236,36 @@ def _si(value, _position=None):
     return f"{value:g}"
 
 
+# One colour per variant, the same in every plot: evpool blue; its other policies in hues apart from
+# the competitors'; the bounds (private, carrier, none) in greys and drawn dashed.
+COLOURS = {
+    "evpool": "#1f77b4",          # blue
+    "evpool-nocache": "#17becf",  # cyan
+    "evpool-backoff": "#9467bd",  # purple
+    "evpool-mag32": "#bcbd22",    # olive
+    "evpool-mag256": "#8c564b",   # brown
+    "evpool-nostats": "#e377c2",  # pink
+    "spinlock": "#d62728",        # red
+    "mutex": "#ff7f0e",           # orange
+    "boost": "#2ca02c",           # green
+    "private": "#000000",         # black
+    "carrier": "#555555",         # dark grey
+    "none": "#999999",            # light grey
+}
+# For a variant the table above does not know yet: picked by a hash of its name, so that it too
+# keeps its colour from plot to plot.
+SPARE_COLOURS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+
+
+def colour(variant):
+    if variant in COLOURS:
+        return COLOURS[variant]
+    return SPARE_COLOURS[zlib.crc32(variant.encode()) % len(SPARE_COLOURS)]
+
+
 def plot(table, context, out_dir, known=NO_CATALOGUE):
-    """One PNG per backend and workload, the first variant (the subject) drawn boldest; returns
-    their paths (none if matplotlib is missing)."""
+    """One PNG per backend and workload, the first variant (the subject) drawn boldest, each variant
+    in its own colour (COLOURS); returns their paths (none if matplotlib is missing)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -169,7 +284,10 @@ def plot(table, context, out_dir, known=NO_CATALOGUE):
             points = sorted(by_variant[variant].items())
             subject = variant == variants[0]
             style = dict(linewidth=2.5, marker="o") if subject else dict(linewidth=1.2, marker=".")
-            ax.plot([t for t, _ in points], [p[0] for t, p in points], label=variant, **style)
+            if variant in BOUNDS:
+                style["linestyle"] = "--"
+            ax.plot([t for t, _ in points], [p[0] for t, p in points], label=variant, color=colour(variant),
+                    **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         threads = sorted({t for points in by_variant.values() for t in points})
@@ -195,6 +313,10 @@ def plot(table, context, out_dir, known=NO_CATALOGUE):
 def report(json_path, out_dir):
     context, table = load(json_path)
     known = catalogue(context)
+    overview = summary(table, known)
+    if overview:
+        print(overview)
+        print("\nDetail: every variant, per workload")
     print(format_tables(table, known))
     csv_path = pathlib.Path(out_dir) / "results.csv"
     write_csv(table, csv_path, known)
