@@ -16,7 +16,7 @@
 //
 // So a child meets a cache being added complete or not at all (it holds nothing yet), never meets
 // a freed one, and always meets every other cache. What the caller does around a removal (the
-// cache's lease count folded into the pool's) is not atomic with it; event_pool_core.h orders it
+// cache's lease count folded into the pool's) is not atomic with it; thread_cache_registry.h orders it
 // so that a fork in between can only over-count leases in the child (a leak), never under-count.
 //
 // `Node` provides `registry_next()`, an `Atomic<Node *>&`. The pool uses std::atomic (its changes

@@ -1,5 +1,5 @@
-// evpool: the core of BasicEventPool: per-device depots behind per-thread caches. Private to the
-// library.
+// evpool: the core of BasicEventPool: its entry points and leases, over per-thread caches in
+// front of per-device depots. Private to the library.
 //
 // Design rationale
 // ----------------
@@ -10,11 +10,13 @@
 // that does goes past about 20 M calls a second however many threads call. So there are two
 // layers, as in a magazine allocator (Bonwick and Adams 2001; illumos kmem.c):
 //
-//   depots_[d]      depot.h: device d's filled and empty magazines, on stripes of two tagged
-//                   Treiber stacks (tagged_index_stack.h) over the node arena (node_arena.h)
+//   depots          device_depots.h: per device, filled and empty magazines on stripes of two
+//                   tagged Treiber stacks (depot.h, tagged_index_stack.h) over the node arena
+//                   (node_arena.h); where every event is created, counted and destroyed
 //   thread caches   thread_cache.h: per thread, per pool, per device, a loaded and a previous
 //                   magazine; found through the thread's directory by pool id
-//                   (thread_cache_directory.h)
+//                   (thread_cache_directory.h); reached by purgers through the registry
+//                   (thread_cache_registry.h)
 //
 // Get(d) takes from the calling thread's cache, which trades a whole magazine with the depot when
 // it runs dry; only when the depot is empty too is an event created, outside any shared state. Put
@@ -45,8 +47,12 @@
 // Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
 // in the cache of the thread that does it (no shared word is written), or, when the cache is
 // bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
-// progress), adds their counts into `lease_balance_` and removes its bias; whoever brings the
-// balance to zero deletes the core. A lease that ends after its pool is gone destroys its event.
+// progress), adds their counts into `lease_balance_` and removes its bias. settle_leases() is the
+// one place that deletes the core: whoever brings the balance to zero, the destructor or the end
+// of the last lease, as its last action; every caller of it (close, end_lease_slow) returns at
+// once. A thread inside an owner section keeps the core alive until it exits the section, because
+// close() takes a cache's lease count only after waiting for that section. A lease that ends after
+// its pool is gone destroys its event.
 // A shared lease's control block is recycled through the same caches (shared_lease_block.h), and
 // between threads through the pool's spare block depot (spare_block_depot.h).
 //
@@ -59,7 +65,8 @@
 // a child forgets every idle event, in the depots and in every cache (fork_guard.h). A call that
 // finds its cache through the thread's hint makes no check, because the child starts with no
 // thread holding a hint (thread_cache_directory.h) and only a lookup that has made the check sets
-// one; every other call (the hint misses, or the cache is bypassed) makes it.
+// one. Everything else reaches the depots and the registry only through depots() and registry(),
+// which make the check: it is kept by construction, not by convention.
 //
 // Errors leave everything as it was: arguments are checked before anything changes; Put takes
 // ownership of the event only after the last step that can throw (taking an empty magazine); a
@@ -67,29 +74,24 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdio>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#include "evpool/detail/cache_registry.h"
 #include "evpool/detail/call_counts.h"
 #include "evpool/detail/depot.h"
-#include "evpool/detail/device_ordinal.h"
-#include "evpool/detail/event_checker.h"
+#include "evpool/detail/device_depots.h"
 #include "evpool/detail/fork_guard.h"
-#include "evpool/detail/node_arena.h"
-#include "evpool/detail/registry_lock.h"
 #include "evpool/detail/shared_lease_block.h"
 #include "evpool/detail/spare_block_depot.h"
-#include "evpool/detail/tagged_index_stack.h"
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
+#include "evpool/detail/thread_cache_registry.h"
 #include "evpool/event_backend.h"
 #include "evpool/pool_checks.h"
 #include "evpool/pool_stats.h"
@@ -118,22 +120,11 @@ class EventPoolCore {
   static constexpr bool kCountCalls = Policy::count_calls;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
   using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
+  using Cache = ThreadCache<EventPoolCore>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
   EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
-      : backend_(std::move(backend)), event_flags_(event_flags), max_idle_(max_idle_per_device) {
-    backend_.validate_flags(event_flags_);
-    device_count_ = backend_.device_count();
-    if (device_count_ <= 0)
-      throw std::invalid_argument("evpool: the backend reports " + std::to_string(device_count_) +
-                                  " devices; a pool needs at least one");
-    if (max_idle_ == 0)
-      throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
-                                  "use kUnlimitedIdle for no limit");
-    depots_ = std::make_unique<DeviceDepot[]>(static_cast<std::size_t>(device_count_));
-    if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
-    if (checks == Checks::kOn || checks_requested_by_environment())
-      checker_ = std::make_unique<EventChecker<handle_type>>(device_count_);
+      : depots_(std::move(backend), event_flags, max_idle_per_device, checks) {
     // Only a warm-up: the process registers for membarrier (once; it may wait for the kernel)
     // here rather than in some thread's first Get.
     if constexpr (kCached) (void)Fence::owners_fence_fully();
@@ -145,47 +136,289 @@ class EventPoolCore {
   /// unless leases are still alive (then the last of them does). Not concurrent with Get, Put,
   /// Reserve, Trim (the pool is being destroyed); leases may end concurrently.
   void close() noexcept {
-    forget_events_of_parent_process();
     std::int64_t leased = 0;
     if constexpr (kCached) {
-      std::lock_guard lock(registry_lock_);
-      registry_closed_ = true;
-      caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kClosed); });
-      Fence::purger_fence();
-      caches_.for_each([&](Cache &cache) {
-        cache.purger_wait_until_idle();
-        for_each_magazine(cache, [this](Slot &slot, int device) { destroy_events(slot, device); });
+      auto &caches = registry();
+      auto lock = caches.lock();
+      caches.close([&](Cache &cache) {
+        for_each_magazine(cache, [this](Slot &slot, int device) { depots_.destroy_events(slot, device); });
         fold_counts(cache);  // for the report of what is still outstanding
-        leased += cache.purger_leases();
-        cache.let_go();  // for_each has read the link already
+        caches.retired_leases() += cache.purger_leases();  // before it leaves: cache_registry.h
       });
-      caches_.clear();
-      leased += retired_leases_;
+      leased = caches.retired_leases();
       spare_block_depot_.delete_all();  // no cache can give or take any more
     }
     // Release: a lease that ends later and sees it (acquire) destroys its event instead.
     closed_.store(true, std::memory_order_release);
-    trim_depots(0);
+    depots().trim(0);
     settle_leases(leased - kLeaseBias);  // may delete this: the last action
   }
 
-  // Get and Put are inlined into their callers down to the cache's loaded magazine, so that a hit
-  // costs no call; everything past a hit is out of line.
+  // ---- Entry points --------------------------------------------------------------------------
+  // Get, Put and the leases are inlined into their callers down to the cache's loaded magazine, so
+  // that a hit costs no call; everything past a hit is out of line (the *_slow functions), where
+  // the cache's and the magazine's addresses are dead, which leaves registers to the caller's loop.
+
   [[gnu::always_inline]] event_type Get(int device_id) {
     const int device = resolve_device(device_id, "Get");
-    return backend_.adopt(obtain(device, 0), device);
+    return depots_.backend().adopt(obtain(device, 0), device);
   }
 
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
     if (!event) [[unlikely]]
       throw_empty_put();
     // A bare handle wrapped by the caller is adopted: counted apart, out of line, so that the
-    // inlined Put of the pool's own events neither tests nor keeps the flag (with counting on,
-    // keeping it live across the cache's code cost a spilled register in the benchmark's loop).
+    // inlined Put of the pool's own events neither tests nor keeps the flag.
     if (event.device_id() == -1) [[unlikely]]
       return put_adopted(std::move(event), device_id);
     accept(std::move(event), device_id, /*adopted=*/false);
   }
+
+  void Reserve(int device_id, std::size_t count) {
+    const int device = resolve_device(device_id, "Reserve");
+    // Straight into the depot, in magazines filled to what a thread's cache starts with: every
+    // thread's first Gets hit, not only the reserver's.
+    depots().reserve(device, count, kReserveFill);
+  }
+
+  void Trim(std::size_t keep_per_device) noexcept {
+    if constexpr (kCached) {
+      // The caches stay closed until the depots are trimmed: a reopened cache could otherwise
+      // take a magazine of events that were idle when the Trim began out of the depot, beyond
+      // the trim's reach.
+      auto &caches = registry();
+      auto lock = caches.lock();
+      drain_caches(keep_per_device > 0);
+      depots().trim(keep_per_device);
+      spare_block_depot_.delete_all();  // memory the leases' peak left, not idle events
+      caches.reopen_all();
+    } else {
+      depots().trim(keep_per_device);
+    }
+  }
+
+  /// The calling thread's cached events go to the depots, where every thread can get them.
+  /// A thread that never used the pool has no cache, and gets none.
+  void FlushThreadCache() noexcept {
+    if constexpr (kCached) {
+      ThreadCacheDirectory &directory = this_thread_caches;
+      Cache *cache = directory.hint_id == id_ ? static_cast<Cache *>(directory.hint)
+                                              : static_cast<Cache *>(find_thread_cache(id_));
+      if (cache != nullptr && cache->owner_enter()) {
+        // return_magazines reaches the depots through depots(), whose fork check comes before it
+        // reads the magazines: a hint that a fork from a signal handler left the child finds
+        // them forgotten.
+        return_magazines(*cache);
+        cache->owner_exit();
+      }
+    }
+  }
+
+  /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
+  [[gnu::always_inline]] event_type begin_lease(int device_id) {
+    const int device = resolve_device(device_id, "Lease");
+    return depots_.backend().adopt(obtain(device, 1), device);
+  }
+
+  /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
+  /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
+  /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
+  /// Inlined down to a cache hit with room in the loaded magazine, as Put.
+  [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
+    if (!forget && event) [[likely]] {
+      if (Cache *cache = enter_own_cache()) [[likely]] {
+        auto &magazines = cache->owner_magazines(event.device_id());
+        const bool room = magazines.has_room();
+        if (room) [[likely]] {
+          magazines.loaded.put(event.release());
+          cache->owner_count_leases(-1);
+        }
+        cache->owner_exit();
+        if (room) [[likely]]
+          return;
+      }
+    }
+    end_lease_slow(std::move(event), forget);
+  }
+
+  /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
+  /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
+  /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section.
+  [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
+    const int device = resolve_device(device_id, "LeaseShared");
+    SharedLeaseBlock *block = nullptr;
+    if (Cache *cache = enter_own_cache()) [[likely]] {
+      auto &magazines = cache->owner_magazines(device);
+      block = take_spare_block(*cache);
+      if (block != nullptr && !magazines.loaded.empty()) [[likely]]
+        return fill_block(block, take_and_exit(*cache, magazines, 1), device);
+      cache->owner_exit();
+    }
+    return begin_shared_lease_slow(block, device);
+  }
+
+  /// The last reference to a shared lease is gone: its event goes back as end_lease says, its
+  /// block to this thread's cache. Never throws. May delete the core. Inlined down to a loaded
+  /// magazine with room, where the event and the block go back in one owner section.
+  [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
+    if (!forget) [[likely]] {
+      if (Cache *cache = enter_own_cache()) [[likely]] {
+        auto &magazines = cache->owner_magazines(block->device);
+        if (magazines.has_room()) [[likely]] {
+          magazines.loaded.put(block->handle);
+          cache->owner_count_leases(-1);
+          const bool kept = keep_spare_block(*cache, block);
+          // The count changes before owner_exit: close() reads it only after the section ends
+          // (see Lifetime in the rationale; Interleavings.ASharedLeaseEndingWhileAnotherThread-
+          // DestroysThePool).
+          cache->owner_exit();
+          if (!kept) delete block;  // a block holds nothing to destroy
+          return;
+        }
+        cache->owner_exit();
+      }
+    }
+    end_shared_lease_slow(block, forget);
+  }
+
+  /// The pool's figures (pool_stats.h): the shared counters, plus every cache's, each cache read
+  /// through the purger handshake (waits for a call in progress on it, never for an idle thread).
+  PoolStats stats() requires kCountCalls {
+    const int devices = depots().device_count();
+    PoolStats result;
+    result.devices.resize(static_cast<std::size_t>(devices));  // may throw: nothing held
+    // The caches stay requested, and the registry locked, until the shared counters and the
+    // depots are read too: a cache collected or drained in between would count twice.
+    typename Registry::Guard lock;
+    if constexpr (kCached) {
+      lock = registry().lock();
+      registry_.quiesce(Cache::kDraining, [&](Cache &cache) {
+        for (int device = 0; device < devices; ++device) {
+          const auto &magazines = cache.purger_magazines(device);
+          DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
+          figures.gets += magazines.gets();
+          figures.puts_adopted += magazines.counts.puts_adopted;
+          figures.idle_in_caches += magazines.loaded.count() + magazines.previous.count();
+        }
+      });
+    }
+    for (int device = 0; device < devices; ++device) {
+      const SharedCallCounts &shared = depots_.counts(device);
+      DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
+      const auto read = [](const std::atomic<std::uint64_t> &counter) {
+        return counter.load(std::memory_order_relaxed);
+      };
+      figures.created = read(shared.created);
+      figures.destroyed = read(shared.destroyed);
+      figures.gets += read(shared.gets);
+      figures.gets_missed = read(shared.gets_missed);
+      // Counters of a call in flight may be read half updated: the derived figures are clamped,
+      // never wrapped.
+      figures.gets_hit = figures.gets - std::min(figures.gets, figures.gets_missed);
+      figures.puts_adopted += read(shared.puts_adopted);
+      figures.idle_in_depot = depots_.idle(device);
+      figures.idle = figures.idle_in_depot + figures.idle_in_caches;
+      // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
+      figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
+                            static_cast<std::int64_t>(figures.idle);
+      const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
+      figures.puts = figures.gets - std::min(figures.gets, out);
+      figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
+    }
+    if constexpr (kCached) {
+      // Threads that exited meanwhile skipped their flush (their caches were requested): their
+      // magazines go to the depots now, where other threads find them.
+      collect_abandoned_caches();
+      registry_.reopen_all();
+    }
+    return result;
+  }
+
+  /// On stderr, the events got and never put back: in checked mode each with the stack of its Get;
+  /// otherwise, with counting on, the counts alone and only once the pool is empty (`final`: its
+  /// state is being destroyed). Nothing if there are none. Never throws.
+  void report_outstanding(bool final = true) noexcept {
+    try {
+      std::string details;
+      const int devices = depots_.device_count();
+      if (depots_.checker()) {
+        details = depots_.checker()->describe_outstanding(devices);
+      } else if constexpr (kCountCalls) {
+        for (int device = 0; final && device < devices; ++device) {
+          const SharedCallCounts &shared = depots_.counts(device);
+          // Every idle event is destroyed by now: what is left was created or adopted and is out.
+          const auto outstanding = static_cast<std::int64_t>(shared.created.load(std::memory_order_relaxed) +
+                                                             shared.puts_adopted.load(std::memory_order_relaxed) -
+                                                             shared.destroyed.load(std::memory_order_relaxed));
+          if (outstanding > 0)
+            details += "  device " + std::to_string(device) + ": " + std::to_string(outstanding) +
+                       " outstanding (EVPOOL_CHECKED=1 shows where each was got)\n";
+        }
+      }
+      if (!details.empty())
+        std::fprintf(stderr, "evpool: events still outstanding (got and never put back) %s:\n%s",
+                     final ? "as a pool's state is destroyed" : "at exit", details.c_str());
+    } catch (...) {
+    }
+  }
+  bool checked() const noexcept { return depots_.checker() != nullptr; }
+
+  int device_count() const noexcept { return depots_.device_count(); }
+  unsigned event_flags() const noexcept { return depots_.event_flags(); }
+  std::size_t max_idle_per_device() const noexcept { return depots_.max_idle(); }
+  std::size_t node_count() const noexcept { return depots_.node_count(); }
+
+  /// For ThreadCache: the owner thread is exiting, inside its owner section: its magazines go to
+  /// the depots, its spare blocks to the spare block depot. In a fork child whose thread exits
+  /// before any call on this pool, the check of depots() forgets the magazines first.
+  void flush_exiting_cache(Cache &cache) noexcept {
+    (void)depots();
+    return_contents_of_leaving_cache(cache);
+  }
+
+ private:
+  using Depots = DeviceDepots<Backend, Policy, Magazine>;
+  using Slot = typename Cache::Slot;
+  using Registry = ThreadCacheRegistry<Cache, Policy>;
+  using Stack = typename Depots::Stack;
+  static_assert(std::is_same_v<Slot, typename Depots::Slot>, "caches and depots hold magazines alike");
+
+  // Leases are counted from this bias down to their true number when the pool closes, so the
+  // balance cannot reach zero before then, however the counts are spread over the caches.
+  static constexpr std::int64_t kLeaseBias = std::int64_t{1} << 62;
+
+  ~EventPoolCore() {
+    // Events a lease returned to a depot while close() was trimming it.
+    depots_.trim(0);
+    report_outstanding();
+  }
+
+  // ---- The fork check, by construction -----------------------------------------------------------
+
+  // The depots and the registry, for every caller that did not find its cache through the
+  // thread's hint: after the fork check (see the rationale).
+  [[gnu::always_inline]] Depots &depots() noexcept {
+    forget_events_of_parent_process();
+    return depots_;
+  }
+  [[gnu::always_inline]] Registry &registry() noexcept {
+    forget_events_of_parent_process();
+    return registry_;
+  }
+
+  [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
+    if (fork_guard_.stale()) [[unlikely]]
+      forget_parents_events();
+  }
+
+  [[gnu::noinline, gnu::cold]] void forget_parents_events() noexcept {
+    fork_guard_.forget_once([this] {
+      depots_.forget_all_in_child();
+      if constexpr (kCached) registry_.forget_in_child();
+    });
+  }
+
+  // ---- Get and Put, past a hit -------------------------------------------------------------------
 
   [[gnu::noinline]] void put_adopted(event_type &&event, int device_id) {
     accept(std::move(event), device_id, /*adopted=*/true);
@@ -200,107 +433,108 @@ class EventPoolCore {
       (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
     }
-    if (kept) {
+    if (kept)
       (void)event.release();
-    } else {
-      event = event_type();  // over the idle limit: destroy instead of keeping
-      count_destroyed(device, 1);
-    }
+    else
+      depots_.destroy(device, event.release());  // over the idle limit
   }
 
-  void Reserve(int device_id, std::size_t count) {
-    forget_events_of_parent_process();
-    const int device = resolve_device(device_id, "Reserve");
-    DeviceDepot &depot = depots_[device];
-    // Straight into the depot, in magazines filled to what a thread's cache starts with (not to
-    // their capacity, which one thread's first Get would take whole): every thread's first Gets
-    // hit.
-    while (count > 0) {
-      const std::uint32_t index = depot.take_empty(arena_);
-      Magazine &magazine = arena_[index];
-      try {
-        for (; count > 0 && magazine.count < kReserveFill; --count) {
-          magazine.handles[magazine.count++] = backend_.create(event_flags_, device);
-          count_created(device);
-          if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count - 1]);
-        }
-      } catch (...) {
-        give_to_depot(slot_of(index), depot);
-        throw;
-      }
-      give_to_depot(slot_of(index), depot);
+  // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
+  // cache's loaded magazine.
+  [[gnu::always_inline]] handle_type obtain(int device, int leases) {
+    if (Cache *cache = enter_own_cache()) [[likely]] {
+      auto &magazines = cache->owner_magazines(device);
+      // An absent magazine's slot counts 0, so one test covers both.
+      if (magazines.loaded.empty()) [[unlikely]]
+        return obtain_refilling(*cache, device, leases);
+      return take_and_exit(*cache, magazines, leases);
     }
+    return obtain_from_depot(device, leases);
   }
 
-  void Trim(std::size_t keep_per_device) noexcept {
-    forget_events_of_parent_process();
-    if constexpr (kCached) {
-      // The caches stay closed until the depots are trimmed: a reopened cache could otherwise
-      // take a magazine of events that were idle when the Trim began out of the depot, beyond
-      // the trim's reach.
-      std::lock_guard lock(registry_lock_);
-      drain_caches(keep_per_device > 0);
-      trim_depots(keep_per_device);
-      spare_block_depot_.delete_all();  // memory the leases' peak left, not idle events
-      caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
-    } else {
-      trim_depots(keep_per_device);
-    }
+  // The end of a Get from the cache: an event out of the loaded magazine (not empty), which
+  // counts the Get too (Slot::take), and the call ends.
+  [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
+                                                   int leases) noexcept {
+    const handle_type handle = magazines.loaded.take();
+    if (leases != 0) cache.owner_count_leases(leases);
+    cache.owner_exit();
+    return handle;
   }
 
-  /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
-  [[gnu::always_inline]] event_type begin_lease(int device_id) {
-    const int device = resolve_device(device_id, "Lease");
-    return backend_.adopt(obtain(device, 1), device);
+  // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
+  // call and go to the depot directly.
+  [[gnu::noinline]] handle_type obtain_refilling(Cache &cache, int device, int leases) {
+    auto &magazines = cache.owner_magazines(device);
+    if (!refill_cache(magazines, device)) {
+      cache.owner_exit();
+      return obtain_from_depot(device, leases);
+    }
+    return take_and_exit(cache, magazines, leases);
   }
 
-  /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
-  /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
-  /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
-  /// Inlined down to a cache hit with room in the loaded magazine, as Put.
-  [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
-    if constexpr (kCached) {
-      if (!forget && event) [[likely]] {
-        if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-          auto &magazines = cache->owner_magazines(event.device_id());
-          const bool room = magazines.has_room();
-          if (room) [[likely]] {
-            magazines.loaded.put(event.release());
-            cache->owner_count_leases(-1);
-          }
-          cache->owner_exit();
-          if (room) [[likely]]
-            return;
-        }
-      }
+  // Bypassing the cache.
+  [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
+    Depots &store = depots();
+    handle_type handle;
+    if (!store.take_one(device, handle)) {
+      handle = store.create(device);  // may throw: nothing held
+      if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
-    end_lease_around_hit(std::move(event), forget);
+    if constexpr (kCountCalls) store.counts(device).gets.fetch_add(1, std::memory_order_relaxed);
+    if (store.checker()) store.checker()->on_handed_out(device, handle);
+    if (leases != 0) count_leases(leases);
+    return handle;
   }
 
-  /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
-  /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
-  /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section (a
-  /// section for each, and two more at the end, cost 11% of the rate on the H200 host:
-  /// docs/benchmarks.md, "What a shared lease costs"); anything else goes the way of
-  /// begin_shared_lease_around_hit, with the spare block if the section took one.
-  [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
-    const int device = resolve_device(device_id, "LeaseShared");
-    SharedLeaseBlock *block = nullptr;
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        auto &magazines = cache->owner_magazines(device);
-        block = take_spare_block(*cache);
-        if (block != nullptr && !magazines.loaded.empty()) [[likely]]
-          return fill_block(block, take_and_exit(*cache, magazines, 1), device);
-        cache->owner_exit();
-      }
+  // Files the handle under the device; false if it is over the idle limit (the caller destroys
+  // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
+  // changed and the caller still owns the handle. Inline down to a loaded magazine with room.
+  [[gnu::always_inline]] bool keep(handle_type handle, int device, bool adopted) {
+    if (Cache *cache = enter_own_cache()) [[likely]] {
+      auto &magazines = cache->owner_magazines(device);
+      if (!magazines.has_room()) [[unlikely]]
+        return keep_making_room(*cache, device, handle, adopted);
+      file_in_loaded(magazines, handle, adopted);
+      cache->owner_exit();
+      return true;
     }
-    return begin_shared_lease_around_hit(block, device);
+    return keep_in_depot(handle, device, adopted);
   }
+
+  // Inside the owner's call, the loaded magazine full: make room and file the handle. The call
+  // ends also when making room throws (then nothing changed).
+  [[gnu::noinline]] bool keep_making_room(Cache &cache, int device, handle_type handle, bool adopted) {
+    struct ExitOnReturn {
+      Cache &cache;
+      ~ExitOnReturn() { cache.owner_exit(); }
+    } exit_on_return{cache};
+    put_into_cache(cache, device, handle, adopted);
+    return true;
+  }
+
+  // Bypassing the cache. Throws DoublePutError in checked mode for a handle already idle here;
+  // then nothing changed.
+  [[gnu::noinline]] bool keep_in_depot(handle_type handle, int device, bool adopted) {
+    Depots &store = depots();
+    if (store.checker()) store.checker()->on_put(device, handle);
+    bool kept;
+    try {
+      kept = store.give_one(device, handle);  // may throw: not counted
+    } catch (...) {
+      if (store.checker()) store.checker()->on_put_undone(device, handle);
+      throw;
+    }
+    if constexpr (kCountCalls) store.counts(device).count_put(adopted);
+    if (!kept) store.forget_destroyed(device, handle);  // the caller destroys it
+    return kept;
+  }
+
+  // ---- Leases, past a hit --------------------------------------------------------------------------
 
   // `block`: the spare block the inlined way took, or nullptr if it found none (or found no
   // cache to look in: then there is none to take either).
-  [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_around_hit(SharedLeaseBlock *block, int device) {
+  [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_slow(SharedLeaseBlock *block, int device) {
     if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no event
     handle_type handle;
     try {
@@ -322,333 +556,65 @@ class EventPoolCore {
     return block;
   }
 
-  /// The last reference to a shared lease is gone: its event goes back as end_lease says, its
-  /// block to this thread's cache. Never throws. May delete the core. Inlined down to a loaded
-  /// magazine with room, where the event and the block go back in one owner section, as in
-  /// begin_shared_lease.
-  [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
-    if constexpr (kCached) {
-      if (!forget) [[likely]] {
-        if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-          auto &magazines = cache->owner_magazines(block->device);
-          if (magazines.has_room()) [[likely]] {
-            magazines.loaded.put(block->handle);
-            cache->owner_count_leases(-1);
-            const bool kept = keep_spare_block(*cache, block);
-            // The lease has ended, but this thread's owner section keeps the core alive until it
-            // exits: close() takes the cache's lease count only after waiting for that. So the
-            // count changes before owner_exit, or close() may read it first and the core never
-            // dies (Interleavings.ASharedLeaseEndingWhileAnotherThreadDestroysThePool).
-            cache->owner_exit();
-            if (!kept) delete block;  // a block holds nothing to destroy
-            return;
-          }
-          cache->owner_exit();
-        }
-      }
-    }
-    end_shared_lease_around_hit(block, forget);
-  }
-
-  [[gnu::noinline]] void end_shared_lease_around_hit(SharedLeaseBlock *block, bool forget) noexcept {
-    event_type event = backend_.adopt(block->handle, block->device);
+  [[gnu::noinline]] void end_shared_lease_slow(SharedLeaseBlock *block, bool forget) noexcept {
+    event_type event = depots_.backend().adopt(block->handle, block->device);
     recycle_block(block);  // before the lease ends: the core lives until then
     end_lease(std::move(event), forget);
   }
 
   // Makes no fork check of its own: each way on finds the cache through the hint or checks.
-  [[gnu::noinline]] void end_lease_around_hit(event_type &&event, bool forget) noexcept {
+  [[gnu::noinline]] void end_lease_slow(event_type &&event, bool forget) noexcept {
     if (forget) (void)event.release();
     if (!event) {
       count_leases(-1);
       return;
     }
-    const handle_type handle = event.get();
     const int device = event.device_id();
-    const bool ended_in_cache = in_owner_section([&](auto &cache) {
+    if (Cache *cache = enter_own_cache()) {
       try {
-        put_into_cache(cache, device, handle, false);
+        put_into_cache(*cache, device, event.get(), false);
         (void)event.release();
       } catch (...) {
-        event = event_type();  // no memory for a magazine: destroy it
-        count_destroyed(device, 1);
+        depots_.destroy(device, event.release());  // no memory for a magazine
       }  // (a checked pool has no caches)
-      cache.owner_count_leases(-1);
-    });
-    if (ended_in_cache) return;
+      cache->owner_count_leases(-1);
+      cache->owner_exit();
+      return;
+    }
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
-        if (keep_around_cache(handle, device, false)) (void)event.release();
+        if (keep_in_depot(event.get(), device, false)) (void)event.release();
       } catch (const DoublePutError &) {
         (void)event.release();  // checked mode: the pool holds this handle already
       } catch (...) {
       }
     }
-    if (event) {  // destroys what the pool did not take
-      event = event_type();
-      count_destroyed(device, 1);
-      forget_destroyed(device, handle);
-    }
-    settle_leases(-1);     // may delete this: the last action
-  }
-
-  /// The calling thread's cached events go to the depots, where every thread can get them.
-  void FlushThreadCache() noexcept {
-    if constexpr (kCached) {
-      forget_events_of_parent_process();
-      ThreadCacheDirectory &directory = this_thread_caches;
-      Cache *cache = directory.hint_id == id_ ? static_cast<Cache *>(directory.hint)
-                                              : static_cast<Cache *>(find_thread_cache(id_));
-      if (cache != nullptr && cache->owner_enter()) {
-        return_magazines(*cache);
-        cache->owner_exit();
-      }
-    }
-  }
-
-  /// The pool's figures (pool_stats.h): the shared counters, plus every cache's, each cache read
-  /// through the purger handshake (waits for a call in progress on it, never for an idle thread).
-  PoolStats stats() requires kCountCalls {
-    forget_events_of_parent_process();
-    PoolStats result;
-    result.devices.resize(static_cast<std::size_t>(device_count_));  // may throw: nothing held
-    // The caches stay requested, and the registry locked, until the shared counters and the
-    // depots are read too: a cache collected or drained in between would count twice.
-    std::unique_lock<RegistryLock<Policy>> lock;
-    if constexpr (kCached) {
-      lock = std::unique_lock<RegistryLock<Policy>>(registry_lock_);
-      caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kDraining); });
-      Fence::purger_fence();
-      caches_.for_each([&](Cache &cache) {
-        cache.purger_wait_until_idle();
-        for (int device = 0; device < device_count_; ++device) {
-          const auto &magazines = cache.purger_magazines(device);
-          DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
-          figures.gets += magazines.gets();
-          figures.puts_adopted += magazines.counts.puts_adopted;
-          figures.idle_in_caches += magazines.loaded.count() + magazines.previous.count();
-        }
-      });
-    }
-    for (int device = 0; device < device_count_; ++device) {
-      const SharedCallCounts &shared = counts_[device];
-      DeviceStats &figures = result.devices[static_cast<std::size_t>(device)];
-      const auto read = [](const std::atomic<std::uint64_t> &counter) {
-        return counter.load(std::memory_order_relaxed);
-      };
-      figures.created = read(shared.created);
-      figures.destroyed = read(shared.destroyed);
-      figures.gets += read(shared.gets);
-      figures.gets_missed = read(shared.gets_missed);
-      // Counters of a call in flight may be read half updated: the derived figures are clamped,
-      // never wrapped.
-      figures.gets_hit = figures.gets - std::min(figures.gets, figures.gets_missed);
-      figures.puts_adopted += read(shared.puts_adopted);
-      figures.idle_in_depot = depots_[device].idle(max_idle_);
-      figures.idle = figures.idle_in_depot + figures.idle_in_caches;
-      // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
-      figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
-                            static_cast<std::int64_t>(figures.idle);
-      const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
-      figures.puts = figures.gets - std::min(figures.gets, out);
-      figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
-    }
-    if constexpr (kCached) {
-      // Threads that exited meanwhile skipped their flush (their caches were requested): their
-      // magazines go to the depots now, where other threads find them.
-      collect_abandoned_caches();
-      caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
-    }
-    return result;
-  }
-
-  /// On stderr, the events got and never put back: in checked mode each with the stack of its Get;
-  /// otherwise, with counting on, the counts alone and only once the pool is empty (`final`: its
-  /// state is being destroyed). Nothing if there are none. Never throws.
-  void report_outstanding(bool final = true) noexcept {
-    try {
-      std::string details;
-      if (checker_) {
-        details = checker_->describe_outstanding(device_count_);
-      } else if constexpr (kCountCalls) {
-        for (int device = 0; final && device < device_count_; ++device) {
-          const SharedCallCounts &shared = counts_[device];
-          // Every idle event is destroyed by now: what is left was created or adopted and is out.
-          const auto outstanding = static_cast<std::int64_t>(shared.created.load(std::memory_order_relaxed) +
-                                                             shared.puts_adopted.load(std::memory_order_relaxed) -
-                                                             shared.destroyed.load(std::memory_order_relaxed));
-          if (outstanding > 0)
-            details += "  device " + std::to_string(device) + ": " + std::to_string(outstanding) +
-                       " outstanding (EVPOOL_CHECKED=1 shows where each was got)\n";
-        }
-      }
-      if (!details.empty())
-        std::fprintf(stderr, "evpool: events still outstanding (got and never put back) %s:\n%s",
-                     final ? "as a pool's state is destroyed" : "at exit", details.c_str());
-    } catch (...) {
-    }
-  }
-  bool checked() const noexcept { return checker_ != nullptr; }
-
-  int device_count() const noexcept { return device_count_; }
-  unsigned event_flags() const noexcept { return event_flags_; }
-  std::size_t max_idle_per_device() const noexcept { return max_idle_; }
-  std::size_t node_count() const noexcept { return arena_.allocated(); }
-
-  // ---- For ThreadCache -------------------------------------------------------------------------
-  using Cache = ThreadCache<EventPoolCore>;
-  using Slot = typename Cache::Slot;
-
-  /// The owner thread is exiting, inside its owner section: its magazines go to the depots, its
-  /// spare blocks to the spare block depot. In a fork child whose thread exits before any call on
-  /// this pool, the check forgets the magazines first.
-  void flush_exiting_cache(Cache &cache) noexcept {
-    forget_events_of_parent_process();
-    return_contents_of_leaving_cache(cache);
-  }
-
- private:
-  using Arena = NodeArena<Magazine, Policy::template atomic>;
-  using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
-  using DeviceDepot = Depot<Magazine, Policy, Stack>;
-
-  // Leases are counted from this bias down to their true number when the pool closes, so the
-  // balance cannot reach zero before then, however the counts are spread over the caches.
-  static constexpr std::int64_t kLeaseBias = std::int64_t{1} << 62;
-
-  ~EventPoolCore() {
-    // Events a lease returned to a depot while close() was trimming it.
-    trim_depots(0);
-    report_outstanding();
-  }
-
-  // ---- The two operations, through the cache or around it ---------------------------------------
-
-  // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
-  // cache's loaded magazine; everything past it is out of line, in calls that finish the
-  // operation, so that the cache's and the magazine's addresses are dead across them (in a
-  // caller's loop, that leaves registers to the caller's own values).
-  [[gnu::always_inline]] handle_type obtain(int device, int leases) {
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        auto &magazines = cache->owner_magazines(device);
-        // An absent magazine's slot counts 0, so one test covers both.
-        if (magazines.loaded.empty()) [[unlikely]]
-          return obtain_refilling(*cache, device, leases);
-        return take_and_exit(*cache, magazines, leases);
-      }
-    }
-    return obtain_around_cache(device, leases);
-  }
-
-  // The end of a Get from the cache: an event out of the loaded magazine (not empty), which
-  // counts the Get too (Slot::tally), and the call ends.
-  [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
-                                                   int leases) noexcept {
-    const handle_type handle = magazines.loaded.take();
-    if (leases != 0) cache.owner_count_leases(leases);
-    cache.owner_exit();
-    return handle;
-  }
-
-  // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
-  // call and go around the cache.
-  [[gnu::noinline]] handle_type obtain_refilling(Cache &cache, int device, int leases) {
-    auto &magazines = cache.owner_magazines(device);
-    if (!refill_cache(magazines, device)) {
-      cache.owner_exit();
-      return obtain_around_cache(device, leases);
-    }
-    return take_and_exit(cache, magazines, leases);
-  }
-
-  [[gnu::noinline]] handle_type obtain_around_cache(int device, int leases) {
-    forget_events_of_parent_process();
-    handle_type handle;
-    if (!depots_[device].take_one(handle, arena_, max_idle_)) {
-      handle = backend_.create(event_flags_, device);  // may throw: nothing held, nothing counted
-      count_created(device);
-      if constexpr (kCountCalls) counts_[device].gets_missed.fetch_add(1, std::memory_order_relaxed);
-    }
-    if constexpr (kCountCalls) counts_[device].gets.fetch_add(1, std::memory_order_relaxed);
-    if (checker_) checker_->on_handed_out(device, handle);
-    if (leases != 0) count_leases(leases);
-    return handle;
-  }
-
-  // Files the handle under the device; false if it is over the idle limit (the caller destroys
-  // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
-  // changed and the caller still owns the handle.
-  // Inline down to a loaded magazine with room, as obtain.
-  [[gnu::always_inline]] bool keep(handle_type handle, int device, bool adopted) {
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        auto &magazines = cache->owner_magazines(device);
-        if (!magazines.has_room()) [[unlikely]]
-          return keep_making_room(*cache, device, handle, adopted);
-        file_in_loaded(magazines, handle, adopted);
-        cache->owner_exit();
-        return true;
-      }
-    }
-    return keep_around_cache(handle, device, adopted);
-  }
-
-  // Inside the owner's call, the loaded magazine full: make room and file the handle. The call
-  // ends also when making room throws (then nothing changed).
-  [[gnu::noinline]] bool keep_making_room(Cache &cache, int device, handle_type handle, bool adopted) {
-    struct ExitOnReturn {
-      Cache &cache;
-      ~ExitOnReturn() { cache.owner_exit(); }
-    } exit_on_return{cache};
-    put_into_cache(cache, device, handle, adopted);
-    return true;
-  }
-
-  // Throws DoublePutError in checked mode for a handle already idle here; then nothing changed.
-  [[gnu::noinline]] bool keep_around_cache(handle_type handle, int device, bool adopted) {
-    forget_events_of_parent_process();
-    if (checker_) checker_->on_put(device, handle);
-    bool kept;
-    try {
-      kept = depots_[device].give_one(handle, arena_, max_idle_);  // may throw: not counted
-    } catch (...) {
-      if (checker_) checker_->on_put_undone(device, handle);
-      throw;
-    }
-    if constexpr (kCountCalls) counts_[device].count_put(adopted);
-    if (!kept) forget_destroyed(device, handle);  // the caller destroys it
-    return kept;
-  }
-
-  // Runs `use(cache)` on this thread's cache inside its owner section. False, without running it,
-  // where there is none to use: a pool without caches, a thread torn down or without memory for
-  // one, a cache a purger holds. `use` must not throw.
-  template <class Use>
-  [[gnu::always_inline]] bool in_owner_section(Use &&use) noexcept {
-    if constexpr (kCached) {
-      if (Cache *cache = this_thread_cache(); cache != nullptr && cache->owner_enter()) [[likely]] {
-        use(*cache);
-        cache->owner_exit();
-        return true;
-      }
-    }
-    return false;
+    if (event) depots_.destroy(device, event.release());  // what the pool did not take
+    settle_leases(-1);                                     // may delete this: the last action
   }
 
   // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
   // deleted.
-  [[gnu::always_inline]] void recycle_block(SharedLeaseBlock *block) noexcept {
+  void recycle_block(SharedLeaseBlock *block) noexcept {
     bool kept = false;
-    in_owner_section([&](auto &cache) { kept = keep_spare_block(cache, block); });
+    if (Cache *cache = enter_own_cache()) {
+      kept = keep_spare_block(*cache, block);
+      cache->owner_exit();
+    }
     if (!kept) delete block;
   }
 
   void count_leases(std::int64_t delta) noexcept {
-    if (!in_owner_section([&](auto &cache) { cache.owner_count_leases(delta); })) settle_leases(delta);
+    if (Cache *cache = enter_own_cache()) {
+      cache->owner_count_leases(delta);
+      cache->owner_exit();
+    } else {
+      settle_leases(delta);
+    }
   }
 
+  // The one place that deletes the core (see Lifetime in the rationale).
   void settle_leases(std::int64_t delta) noexcept {
     // Acq_rel: the one that reaches zero sees every other user's last use of the core.
     if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) delete this;
@@ -683,7 +649,19 @@ class EventPoolCore {
     return spare.count() == 0 || spare_block_depot_.give(spare);
   }
 
-  // ---- The cache: owner side (between owner_enter and owner_exit) -------------------------------
+  // ---- The cache: owner side ----------------------------------------------------------------------
+
+  // This thread's cache, its owner section entered; nullptr where there is none to use: a pool
+  // without caches, a thread torn down or without memory for one, a cache a purger holds. The
+  // caller ends the section with owner_exit().
+  [[gnu::always_inline]] Cache *enter_own_cache() noexcept {
+    if constexpr (kCached) {
+      Cache *cache = this_thread_cache();
+      if (cache != nullptr && cache->owner_enter()) [[likely]]
+        return cache;
+    }
+    return nullptr;
+  }
 
   [[gnu::always_inline]] Cache *this_thread_cache() noexcept {
     ThreadCacheDirectory &directory = this_thread_caches;
@@ -692,26 +670,26 @@ class EventPoolCore {
     return find_or_register_cache();
   }
 
-  // The fork check of every call that finds no hint for this pool: a hint does not survive
-  // fork() (thread_cache_directory.h), so a hit is proof that the check was made in this process.
-  // The check is made again once a hint is set (hinted_after_fork_check).
+  // Every call that finds no hint for this pool comes here, and makes the fork check through
+  // registry(): a hint does not survive fork() (thread_cache_directory.h), so a hit is proof that
+  // the check was made in this process. The check is made again once a hint is set
+  // (hinted_after_fork_check).
   [[gnu::noinline]] Cache *find_or_register_cache() noexcept {
-    forget_events_of_parent_process();
+    Registry &caches = registry();
     // Acquire: pairs with close(). A lease ending after its pool needs no cache.
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
-    if (checker_) return nullptr;  // a checked pool has no caches: every call goes to the checks
+    if (depots_.checker()) return nullptr;  // a checked pool has no caches: every call goes to the checks
     // The id names a pool of this very type, so the cast is exact.
     if (ThreadCacheLink *found = find_thread_cache(id_)) return hinted_after_fork_check(static_cast<Cache *>(found));
     Cache *cache = nullptr;
     try {
-      cache = Cache::create(*this, device_count_);
-      std::lock_guard lock(registry_lock_);
-      if (registry_closed_) {  // a lease ending after its pool: no new cache for a dead pool
+      cache = Cache::create(*this, depots_.device_count());
+      auto lock = caches.lock();
+      collect_abandoned_caches();
+      if (!caches.add(*cache)) {  // a lease ending after its pool: no new cache for a dead pool
         Cache::destroy(cache);
         return nullptr;
       }
-      collect_abandoned_caches();
-      caches_.add(*cache);
     } catch (const std::bad_alloc &) {
       if (cache != nullptr) Cache::destroy(cache);
       return nullptr;
@@ -735,13 +713,13 @@ class EventPoolCore {
       std::swap(magazines.loaded, magazines.previous);
       return true;
     }
-    DeviceDepot &depot = depots_[device];
-    const std::uint32_t filled = depot.take_filled(arena_, max_idle_);
+    Depots &store = depots();
+    const std::uint32_t filled = store.take_filled(device);
     if (filled == kNilIndex) return false;
     magazines.count_trade();
     // Both held magazines are empty (or absent): keep one as `previous`, give the other back.
-    if (magazines.previous.held()) give_empty_to_depot(magazines.previous, depot);
-    const Slot loaded = magazines.previous.handing_gets_to(slot_of(filled));
+    if (magazines.previous.held()) store.return_empty(magazines.previous, device);
+    const Slot loaded = magazines.previous.handing_gets_to(store.slot_of(filled));
     magazines.previous = magazines.loaded;
     magazines.loaded = loaded;
     return true;
@@ -761,25 +739,25 @@ class EventPoolCore {
     magazines.counts.count_put(adopted);
   }
 
-  // Loaded is filled to the cache's fill limit (or absent): swap in an empty previous, or hand a
-  // full magazine to the depot (destroying its events over the idle limit) and load an empty one.
-  // Throws only before changing anything (no empty magazine to be had).
+  // Loaded is filled to the cache's fill limit (or absent): swap in an empty previous, or deposit
+  // a full magazine (destroying its events over the idle limit) and load an empty one. Throws only
+  // before changing anything (no empty magazine to be had).
   [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
     if (magazines.previous.held() && magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return;
     }
-    DeviceDepot &depot = depots_[device];
-    const Slot fresh = slot_of(depot.take_empty(arena_));
+    Depots &store = depots();
+    const Slot fresh = store.slot_of(store.take_empty(device));
     if (!magazines.loaded.held()) {
       magazines.loaded = magazines.loaded.handing_gets_to(fresh);
       return;
     }
     if (magazines.previous.held()) {
-      if (!hand_to_depot(magazines.previous, depot)) {
+      if (!store.deposit(magazines.previous, device)) {
         // Nothing fits under the idle limit: the previous magazine, now emptied, is reused. Not
         // a trade: a thread that feeds a full depot must not grow what it destroys at a time.
-        depot.give_empty(fresh.index, arena_);
+        store.give_back_empty(device, fresh.index);
         std::swap(magazines.loaded, magazines.previous);
         return;
       }
@@ -790,18 +768,25 @@ class EventPoolCore {
     magazines.loaded = loaded;
   }
 
-  // ---- The cache: purger side (under registry_lock_) --------------------------------------------
+  // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
+  // destroyed), and the cache holds none. By the owner (a flush, or at exit), or by a purger.
+  void return_magazines(Cache &cache) noexcept {
+    Depots &store = depots();
+    for_each_magazine(cache, [&](Slot &slot, int device) {
+      store.return_magazine(slot, device);
+      slot.clear();
+    });
+  }
+
+  // ---- The caches: purger side (under the registry's lock) ----------------------------------------
 
   // Empties every cache: destroys their events, or moves them to the depots if `keep_events`.
   // Leaves every cache requested (bypassed); the caller reopens them.
   void drain_caches(bool keep_events) noexcept {
     collect_abandoned_caches();
-    caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kDraining); });
-    Fence::purger_fence();
-    caches_.for_each([&](Cache &cache) {
-      cache.purger_wait_until_idle();
+    registry_.quiesce(Cache::kDraining, [&](Cache &cache) {
       for_each_magazine(cache, [&](Slot &slot, int device) {
-        if (!keep_events || !swap_into_depot(slot, depots_[device])) destroy_events(slot, device);
+        if (!keep_events || !depots_.exchange_for_empty(slot, device)) depots_.destroy_events(slot, device);
       });
       // What the thread's flow taught the cache is forgotten with its events: a thread that
       // still trades often grows its magazines again within a few trades.
@@ -809,55 +794,14 @@ class EventPoolCore {
     });
   }
 
-  void trim_depots(std::size_t keep) noexcept {
-    for (int device = 0; device < device_count_; ++device) trim_depot(device, keep);
-  }
-
-  // Hands the slot's magazine to the depot (what fits under the idle limit; the rest is destroyed)
-  // and puts an empty one in its place. False (nothing changed) if no empty magazine can be had.
-  bool swap_into_depot(Slot &slot, DeviceDepot &depot) noexcept {
-    if (slot.empty()) return true;
-    std::uint32_t spare = depot.take_spare_empty(arena_);
-    if (spare == kNilIndex) {
-      try {
-        spare = arena_.allocate();
-      } catch (...) {
-        return false;
-      }
-    }
-    if (!hand_to_depot(slot, depot)) {
-      depot.give_empty(spare, arena_);
-      return true;  // its events were destroyed: none fit
-    }
-    slot = slot.handing_gets_to(slot_of(spare));
-    return true;
-  }
-
   // Collects the caches of exited threads: what they still hold goes to the depots, their lease
-  // counts to retired_leases_, their call counts to counts_. Here rather than in the thread's exit
-  // flush, which a Purge in progress makes the exiting thread skip.
+  // counts are retired, their call counts folded into the shared ones. Here rather than in the
+  // thread's exit flush, which a Purge in progress makes the exiting thread skip.
   void collect_abandoned_caches() noexcept {
-    // A collected cache leaves the registry before it is let go, so that a fork() child never
-    // meets a deleted cache; its lease count is folded in before it leaves, so that a child
-    // forked in between counts those leases twice (its core then leaks) rather than never (its
-    // core would be deleted under live leases).
-    caches_.sweep(
-        [this](Cache &cache) {
-          if (!cache.abandoned()) return false;
-          return_contents_of_leaving_cache(cache);
-          retired_leases_ += cache.purger_leases();
-          fold_counts(cache);
-          return true;
-        },
-        [](Cache &cache) { cache.let_go(); });
-  }
-
-  // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
-  // destroyed), and the cache holds none. By the owner at exit, or by a purger.
-  void return_magazines(Cache &cache) noexcept {
-    for_each_magazine(cache, [this](Slot &slot, int device) {
-      give_to_depot(slot, depots_[device]);
-      slot.clear();
+    registry_.collect_abandoned([this](Cache &cache) {
+      return_contents_of_leaving_cache(cache);
+      registry_.retired_leases() += cache.purger_leases();
+      fold_counts(cache);
     });
   }
 
@@ -877,145 +821,28 @@ class EventPoolCore {
     }
   }
 
-  // ---- The depot ---------------------------------------------------------------------------------
-
-  Slot slot_of(std::uint32_t index) noexcept { return Slot::load(arena_[index], index); }
-
-  // Destroys the events of a magazine held in a slot; the slot stays, empty.
-  void destroy_events(Slot &slot, int device) noexcept {
-    Magazine &magazine = slot.store();
-    for (std::uint32_t i = 0; i < magazine.count; ++i) destroy_idle(device, magazine.handles[i]);
-    count_destroyed(device, magazine.count);
-    magazine.count = 0;
-    slot.set_count(0);
-  }
-
-  // A magazine the caller holds goes to the depot, as filled or as empty.
-  void give_to_depot(Slot slot, DeviceDepot &depot) noexcept {
-    if (!hand_to_depot(slot, depot)) give_empty_to_depot(slot, depot);
-  }
-
-  void give_empty_to_depot(const Slot &slot, DeviceDepot &depot) noexcept {
-    (void)slot.store();  // the empty stack holds magazines whose count is 0
-    depot.give_empty(slot.index, arena_);
-  }
-
-  // Hands the slot's magazine to the depot as filled, with as many of its events as fit under the
-  // idle limit (the others are destroyed). False if none fit (or it held none): the caller keeps
-  // the magazine, and the slot now counts 0.
-  bool hand_to_depot(Slot &slot, DeviceDepot &depot) noexcept {
-    Magazine &magazine = slot.store();
-    const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
-    if (magazine.count > fit) count_destroyed(device_of(depot), magazine.count - fit);
-    while (magazine.count > fit) destroy_idle(device_of(depot), magazine.handles[--magazine.count]);
-    slot.set_count(magazine.count);
-    if (magazine.empty()) return false;
-    depot.give_reserved(slot.index, arena_);
-    return true;
-  }
-
-  // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one
-  // cut down) and destroys the others. Events given to the depot meanwhile may stay.
-  void trim_depot(int device, std::size_t keep) noexcept {
-    DeviceDepot &depot = depots_[device];
-    // Kept magazines go back as one chain, emptied ones to the empty stack as another: two writes
-    // of the heads, whatever the number of magazines.
-    Chain kept_chain, emptied_chain;
-    std::size_t kept = 0;
-    // The chain is ours alone since take_all_filled; relaxed reads of `next` are ordered by it.
-    for (std::uint32_t index = depot.take_all_filled(arena_); index != kNilIndex;) {
-      Magazine &magazine = arena_[index];
-      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
-      const std::size_t room = keep - kept;
-      if (magazine.count > room) {
-        const auto excess = static_cast<std::uint32_t>(magazine.count - room);
-        for (std::uint32_t i = 0; i < excess; ++i) destroy_idle(device, magazine.handles[--magazine.count]);
-        depot.release_places(excess, max_idle_);
-        count_destroyed(device, excess);
-      }
-      kept += magazine.count;
-      (magazine.empty() ? emptied_chain : kept_chain).append(index, arena_);
-      index = next;
-    }
-    if (kept_chain.first != kNilIndex) depot.restore_filled(kept_chain.first, kept_chain.last, arena_);
-    if (emptied_chain.first != kNilIndex) depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
-  }
-
-  // A chain of magazines being built, linked through `next`, in the order appended.
-  struct Chain {
-    std::uint32_t first = kNilIndex, last = kNilIndex;
-    void append(std::uint32_t index, Arena &arena) noexcept {
-      if (last == kNilIndex)
-        first = index;
-      else
-        arena[last].next.store(index, std::memory_order_relaxed);
-      last = index;
-    }
-  };
-
-  // ---- Counters (call_counts.h) -------------------------------------------------------------------
-
-  int device_of(const DeviceDepot &depot) const noexcept { return static_cast<int>(&depot - depots_.get()); }
-
-  void count_created(int device) noexcept {
-    if constexpr (kCountCalls) counts_[device].count_created(1);
-  }
-  void count_destroyed(int device, std::uint64_t count) noexcept {
-    if constexpr (kCountCalls) counts_[device].count_destroyed(count);
-  }
-
-  // A cache that is going away (collected, or closed with the pool) hands its counts to counts_.
+  // A cache that is going away (collected, or closed with the pool) hands its counts to the
+  // shared ones.
   void fold_counts(Cache &cache) noexcept {
     if constexpr (kCountCalls)
-      for (int device = 0; device < device_count_; ++device) {
+      for (int device = 0; device < depots_.device_count(); ++device) {
         auto &magazines = cache.purger_magazines(device);
-        counts_[device].fold_in(magazines.gets(), magazines.counts);
+        depots_.counts(device).fold_in(magazines.gets(), magazines.counts);
       }
-  }
-
-  // ---- Checked mode (pool_checks.h) -------------------------------------------------------------
-
-  void destroy_idle(int device, handle_type handle) noexcept {
-    backend_.destroy(handle);
-    forget_destroyed(device, handle);
-  }
-  void forget_destroyed(int device, handle_type handle) noexcept {
-    if (checker_) checker_->on_destroyed(device, handle);
-  }
-
-  // ---- fork() ------------------------------------------------------------------------------------
-
-  [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
-    if (fork_guard_.stale()) [[unlikely]]
-      forget_parents_events();
-  }
-
-  [[gnu::noinline, gnu::cold]] void forget_parents_events() noexcept {
-    fork_guard_.forget_once([this] {
-      for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
-      if constexpr (kCountCalls)  // the child starts empty, and so do its figures
-        for (int device = 0; device < device_count_; ++device) counts_[device].reset();
-      if (checker_) checker_->forget_all_in_child(device_count_);
-      if constexpr (kCached) {
-        // No thread of the child can hold the lock or be inside a cache: they all wait for us.
-        registry_lock_.reset_in_child();
-        caches_.for_each([this](Cache &cache) { retired_leases_ += cache.forget_in_child(); });
-      }
-    });
   }
 
   // ---- Arguments -----------------------------------------------------------------------------
 
   [[gnu::always_inline]] int resolve_device(int device_id, const char *operation) const {
-    const int device = device_id == -1 ? backend_.current_device() : device_id;
-    check_device(device, operation);
+    const int device = device_id == -1 ? depots_.backend().current_device() : device_id;
+    depots_.check_device(device, operation);
     return device;
   }
 
   [[gnu::always_inline]] int device_for_put(const event_type &event, int device_id) const {
     const int recorded = event.device_id();
     if (device_id == -1) return resolve_device(recorded, "Put");
-    check_device(device_id, "Put");
+    depots_.check_device(device_id, "Put");
     if (recorded != -1 && recorded != device_id) [[unlikely]]
       throw_contradicting_device(recorded, device_id);
     return device_id;
@@ -1031,31 +858,16 @@ class EventPoolCore {
                                 "; the caller still owns the event");
   }
 
-  void check_device(int device, const char *operation) const {
-    check_device_ordinal(device, device_count_, operation);
-  }
-
-  Backend backend_;
-  unsigned event_flags_;
-  std::size_t max_idle_;
-  int device_count_ = 0;
   const std::uint64_t id_ = next_pool_id();
   ForkGuard fork_guard_;
-  Arena arena_;
-  std::unique_ptr<DeviceDepot[]> depots_;
+  Depots depots_;
   SpareBlockDepot<SharedLeaseBlock, Policy::template atomic, Stack, Policy::depot_stripes> spare_block_depot_;
-  std::unique_ptr<SharedCallCounts[]> counts_;  // per device; only with Policy::count_calls
-  std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 
   // Leases, and the end of the pool (see the rationale).
   alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};
   atomic<bool> closed_{false};
 
-  // The registry of thread caches, under registry_lock_.
-  RegistryLock<Policy> registry_lock_;
-  CacheRegistry<Cache, std::atomic> caches_;  // std::atomic: see thread_cache.h's cold members
-  std::int64_t retired_leases_ = 0;  // the lease counts of collected (and fork-forgotten) caches
-  bool registry_closed_ = false;
+  Registry registry_;
 };
 
 }  // namespace evpool::detail

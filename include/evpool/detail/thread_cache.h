@@ -92,6 +92,7 @@
 
 #include "evpool/detail/cache_line_padded.h"
 #include "evpool/detail/call_counts.h"
+#include "evpool/detail/magazine_slot.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/shared_lease_block.h"
 #include "evpool/detail/thread_cache_directory.h"
@@ -113,63 +114,8 @@ class ThreadCache final : public ThreadCacheLink {
   /// process's "open" state is settled once, by Fence::owners_fence_fully().
   enum Bypass : std::uint32_t { kOpen = 0, kDraining = 1, kClosed = 2, kOpenFenced = 3 };
 
-  /// A magazine held by the cache: its address for the fast path, its index for the depot, and
-  /// its event count. While the magazine is in the cache, the count lives here and the magazine's
-  /// own `count` is stale: the fast path then reads the count and the address side by side, one
-  /// dependent load fewer than reading the count through the address. load() and store() move the
-  /// count in and out as the magazine enters and leaves the cache.
-  ///
-  /// With Pool::kCountCalls, the word that holds the count also counts the Gets this slot served,
-  /// so that counting costs a Get no instruction of its own (take() adds kTakeOne: count - 1 and
-  /// Gets + 1 in one add) and a Put nothing:
-  ///
-  ///   tally:  | Gets served (64 - kCountBits bits) | count (kCountBits bits) |
-  ///
-  /// The Gets stay with the device's two slots as magazines come and go (handing_gets_to), so the
-  /// device's cached Gets are loaded.gets() + previous.gets(). Without counting, the tally is the
-  /// count alone and the code is the plain decrement and increment.
-  struct Slot {
-    Magazine *magazine = nullptr;
-    std::uint32_t index = kNilIndex;
-    std::uint64_t tally = 0;
-
-    static constexpr unsigned kCountBits = std::bit_width(Magazine::kCapacity);
-    static_assert(kCountBits < 16, "the Gets keep at least 48 bits: they never wrap");
-    static constexpr std::uint64_t kCountMask =
-        Pool::kCountCalls ? (std::uint64_t{1} << kCountBits) - 1 : ~std::uint64_t{0};
-    static constexpr std::uint64_t kOneGet = Pool::kCountCalls ? std::uint64_t{1} << kCountBits : 0;
-
-    std::uint32_t count() const noexcept { return static_cast<std::uint32_t>(tally & kCountMask); }
-    std::uint64_t gets() const noexcept { return Pool::kCountCalls ? tally >> kCountBits : 0; }
-    bool held() const noexcept { return magazine != nullptr; }
-    bool empty() const noexcept { return count() == 0; }
-    using Handle = typename Magazine::handle_type;
-    [[gnu::always_inline]] Handle take() noexcept {
-      tally += kOneGet - 1;
-      return magazine->handles[tally & kCountMask];
-    }
-    [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[tally++ & kCountMask] = handle; }
-    void set_count(std::uint32_t count) noexcept { tally = (tally & ~kCountMask) | count; }
-
-    /// The magazine at `index` enters the cache (with no Gets: see handing_gets_to).
-    static Slot load(Magazine &magazine, std::uint32_t index) noexcept {
-      return Slot{&magazine, index, magazine.count};
-    }
-    /// `next`, about to take this slot's place, with this slot's Gets added to its own.
-    Slot handing_gets_to(Slot next) const noexcept {
-      next.tally += tally & ~kCountMask;
-      return next;
-    }
-    /// The slot gives its magazine up (the caller has dealt with it) and keeps its Gets.
-    void clear() noexcept { *this = handing_gets_to(Slot{}); }
-    /// The magazine is about to leave the cache (or be read by whoever empties it): its count
-    /// becomes the magazine's again.
-    Magazine &store() const noexcept {
-      magazine->count = count();
-      return *magazine;
-    }
-  };
-  static_assert(sizeof(Slot) == 24);
+  using Slot = MagazineSlot<Magazine, Pool::kCountCalls>;
+  static_assert(sizeof(Slot) == 24, "two slots and the counts fill a DeviceMagazines");
   using CallCounts = std::conditional_t<Pool::kCountCalls, CachedCallCounts, NoCallCounts>;
   /// A device's magazines, the adopted Puts it took (call_counts.h) and how full it fills its
   /// magazines, side by side: the owner writes them on the same line.

@@ -1,0 +1,285 @@
+// evpool: a pool's per-device depots and every event they own: the one place where events are
+// created, counted and destroyed. Private to the library.
+//
+// Design rationale
+// ----------------
+// The lower layer of the magazine design (event_pool_core.h has the whole picture): for each
+// device a Depot (depot.h) of filled and empty magazines, nodes of one arena (node_arena.h), under
+// one idle limit. Whatever leaves the pool for good leaves through destroy(): the backend's
+// destroy, the destroyed counter and checked mode's forgetting go together there, so that no
+// route destroys an event and forgets one of the three. (A pool that must not call the driver on
+// some thread, or must defer destruction, changes this one function.)
+//
+// Magazines move between a thread cache and a depot with these verbs, each named for what the
+// depot ends up holding:
+//
+//   deposit(slot)             the magazine's events join the depot (those over the limit are
+//                             destroyed); false if none fit, and the slot keeps the magazine
+//   return_magazine(slot)     the magazine goes back, filled or empty, as deposit decides
+//   return_empty(slot)        the magazine goes back empty (its events were taken or destroyed)
+//   exchange_for_empty(slot)  deposit, with an empty magazine left in the slot in exchange
+//
+// The caller holds the slot (a cache's owner, or a purger that quiesced the cache); the depot's
+// stacks publish a magazine's contents from one holder to the next (depot.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "evpool/detail/call_counts.h"
+#include "evpool/detail/depot.h"
+#include "evpool/detail/device_ordinal.h"
+#include "evpool/detail/event_checker.h"
+#include "evpool/detail/magazine_slot.h"
+#include "evpool/detail/node_arena.h"
+#include "evpool/detail/tagged_index_stack.h"
+#include "evpool/event_backend.h"
+#include "evpool/pool_checks.h"
+
+namespace evpool::detail {
+
+/// Thread-safety: every member may be called by any number of threads at once, except the
+/// constructor, forget_all_in_child() (a fork child's one forgetting thread) and what a member says.
+/// Progress: lock-free, except where the backend creates or destroys (the driver may block) and
+/// where the arena grows (it allocates).
+template <EventBackend Backend, class Policy, class Magazine>
+class DeviceDepots {
+ public:
+  using handle_type = typename Backend::handle_type;
+  using Slot = MagazineSlot<Magazine, Policy::count_calls>;
+  using Arena = NodeArena<Magazine, Policy::template atomic>;
+  using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
+  using Depot = detail::Depot<Magazine, Policy, Stack>;
+  static constexpr bool kCountCalls = Policy::count_calls;
+
+  /// Throws std::invalid_argument for flags the backend rejects, no device, or an idle limit of 0;
+  /// std::bad_alloc.
+  DeviceDepots(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
+      : backend_(std::move(backend)), event_flags_(event_flags), max_idle_(max_idle_per_device) {
+    backend_.validate_flags(event_flags_);
+    device_count_ = backend_.device_count();
+    if (device_count_ <= 0)
+      throw std::invalid_argument("evpool: the backend reports " + std::to_string(device_count_) +
+                                  " devices; a pool needs at least one");
+    if (max_idle_ == 0)
+      throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
+                                  "use kUnlimitedIdle for no limit");
+    depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
+    if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
+    if (checks == Checks::kOn || checks_requested_by_environment())
+      checker_ = std::make_unique<EventChecker<handle_type>>(device_count_);
+  }
+  DeviceDepots(const DeviceDepots &) = delete;
+  DeviceDepots &operator=(const DeviceDepots &) = delete;
+
+  Backend &backend() noexcept { return backend_; }
+  const Backend &backend() const noexcept { return backend_; }
+  int device_count() const noexcept { return device_count_; }
+  unsigned event_flags() const noexcept { return event_flags_; }
+  std::size_t max_idle() const noexcept { return max_idle_; }
+  std::size_t node_count() const noexcept { return arena_.allocated(); }
+  /// Checked mode's records (pool_checks.h), or nullptr.
+  EventChecker<handle_type> *checker() noexcept { return checker_.get(); }
+  const EventChecker<handle_type> *checker() const noexcept { return checker_.get(); }
+  /// The device's shared counters; only with Policy::count_calls.
+  SharedCallCounts &counts(int device) noexcept { return counts_[device]; }
+  const SharedCallCounts &counts(int device) const noexcept { return counts_[device]; }
+
+  /// Throws std::out_of_range naming the operation, the ordinal and the device count.
+  void check_device(int device, const char *operation) const {
+    check_device_ordinal(device, device_count_, operation);
+  }
+
+  // ---- Events in and out -----------------------------------------------------------------------
+
+  /// A new event of the device, counted. Throws what the backend throws; then nothing changed.
+  handle_type create(int device) {
+    const handle_type handle = backend_.create(event_flags_, device);
+    if constexpr (kCountCalls) counts_[device].count_created(1);
+    return handle;
+  }
+
+  /// The one way an event leaves the pool for good (see the rationale).
+  void destroy(int device, handle_type handle) noexcept {
+    backend_.destroy(handle);
+    if constexpr (kCountCalls) counts_[device].count_destroyed(1);
+    forget_destroyed(device, handle);
+  }
+
+  /// Checked mode forgets a handle the caller destroys itself: CUDA reuses a destroyed handle's
+  /// value at once (rmm#649).
+  void forget_destroyed(int device, handle_type handle) noexcept {
+    if (checker_) checker_->on_destroyed(device, handle);
+  }
+
+  /// Fills the depot with `count` new events, in magazines filled to `fill` (not to their
+  /// capacity, which one thread's first Get would take whole). Throws what create and the arena
+  /// throw; the events created until then stay.
+  void reserve(int device, std::size_t count, std::uint32_t fill) {
+    Depot &depot = depots_[device];
+    while (count > 0) {
+      const std::uint32_t index = depot.take_empty(arena_);
+      Magazine &magazine = arena_[index];
+      try {
+        for (; count > 0 && magazine.count < fill; --count) {
+          magazine.handles[magazine.count++] = create(device);
+          if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count - 1]);
+        }
+      } catch (...) {
+        return_magazine(slot_of(index), device);
+        throw;
+      }
+      return_magazine(slot_of(index), device);
+    }
+  }
+
+  /// One event of the device's depot into `out`; false if it has none.
+  bool take_one(int device, handle_type &out) noexcept { return depots_[device].take_one(out, arena_, max_idle_); }
+
+  /// One event into the device's depot; false if it is over the idle limit (the caller still
+  /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
+  /// nothing changed.
+  bool give_one(int device, handle_type handle) { return depots_[device].give_one(handle, arena_, max_idle_); }
+
+  // ---- Magazines in and out (the verbs of the rationale) ---------------------------------------
+
+  /// The magazine at `index` as a slot holds it.
+  Slot slot_of(std::uint32_t index) noexcept { return Slot::load(arena_[index], index); }
+
+  /// A filled magazine of the device, or kNilIndex if its depot has none.
+  std::uint32_t take_filled(int device) noexcept { return depots_[device].take_filled(arena_, max_idle_); }
+
+  /// An empty magazine, reused or new. Throws std::bad_alloc or std::length_error; then nothing
+  /// changed.
+  std::uint32_t take_empty(int device) { return depots_[device].take_empty(arena_); }
+
+  /// Gives back an empty magazine got from take_empty or take_filled, never filled.
+  void give_back_empty(int device, std::uint32_t index) noexcept { depots_[device].give_empty(index, arena_); }
+
+  /// The slot's events join the depot, as many as fit under the idle limit; the others are
+  /// destroyed. False if none fit (or it held none): the caller keeps the magazine, and the slot
+  /// now counts 0.
+  bool deposit(Slot &slot, int device) noexcept {
+    Depot &depot = depots_[device];
+    Magazine &magazine = slot.write_back_count();
+    const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
+    while (magazine.count > fit) destroy(device, magazine.handles[--magazine.count]);
+    slot.set_count(magazine.count);
+    if (magazine.empty()) return false;
+    depot.give_reserved(slot.index, arena_);
+    return true;
+  }
+
+  /// The slot's magazine goes back, filled or (if none of its events fit) empty.
+  void return_magazine(Slot slot, int device) noexcept {
+    if (!deposit(slot, device)) return_empty(slot, device);
+  }
+
+  /// The slot's magazine, which holds no event, goes back to the empty stack.
+  void return_empty(const Slot &slot, int device) noexcept {
+    (void)slot.write_back_count();  // the empty stack holds magazines whose count is 0
+    depots_[device].give_empty(slot.index, arena_);
+  }
+
+  /// deposit(), with an empty magazine put in the slot's place. False (nothing changed) if no
+  /// empty magazine can be had.
+  bool exchange_for_empty(Slot &slot, int device) noexcept {
+    if (slot.empty()) return true;
+    Depot &depot = depots_[device];
+    std::uint32_t spare = depot.take_spare_empty(arena_);
+    if (spare == kNilIndex) {
+      try {
+        spare = arena_.allocate();
+      } catch (...) {
+        return false;
+      }
+    }
+    if (!deposit(slot, device)) {
+      depot.give_empty(spare, arena_);
+      return true;  // its events were destroyed: none fit
+    }
+    slot = slot.handing_gets_to(slot_of(spare));
+    return true;
+  }
+
+  /// Destroys the events of a magazine held in a slot; the slot stays, empty.
+  void destroy_events(Slot &slot, int device) noexcept {
+    Magazine &magazine = slot.write_back_count();
+    while (magazine.count > 0) destroy(device, magazine.handles[--magazine.count]);
+    slot.set_count(0);
+  }
+
+  // ---- Trimming and forgetting -------------------------------------------------------------------
+
+  /// Keeps `keep` of each device's depot events and destroys the others. Events given to a depot
+  /// meanwhile may stay.
+  void trim(std::size_t keep) noexcept {
+    for (int device = 0; device < device_count_; ++device) trim_device(device, keep);
+  }
+
+  /// The events each depot holds (for stats(); exact once no call is in progress).
+  std::uint64_t idle(int device) const noexcept { return depots_[device].idle(max_idle_); }
+
+  /// A fork() child forgets its parent's events, without destroying them: the depots, the counts
+  /// and checked mode's records start empty. By the child's one forgetting thread.
+  void forget_all_in_child() noexcept {
+    for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
+    if constexpr (kCountCalls)  // the child starts empty, and so do its figures
+      for (int device = 0; device < device_count_; ++device) counts_[device].reset();
+    if (checker_) checker_->forget_all_in_child(device_count_);
+  }
+
+ private:
+  // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one cut
+  // down) and destroys the others.
+  void trim_device(int device, std::size_t keep) noexcept {
+    Depot &depot = depots_[device];
+    // Kept magazines go back as one chain, emptied ones to the empty stack as another: two writes
+    // of the heads, whatever the number of magazines.
+    Chain kept_chain, emptied_chain;
+    std::size_t kept = 0;
+    // The chain is ours alone since take_all_filled; relaxed reads of `next` are ordered by it.
+    for (std::uint32_t index = depot.take_all_filled(arena_); index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
+      const std::size_t room = keep - kept;
+      if (magazine.count > room) {
+        const auto excess = static_cast<std::uint32_t>(magazine.count - room);
+        for (std::uint32_t i = 0; i < excess; ++i) destroy(device, magazine.handles[--magazine.count]);
+        depot.release_places(excess, max_idle_);
+      }
+      kept += magazine.count;
+      (magazine.empty() ? emptied_chain : kept_chain).append(index, arena_);
+      index = next;
+    }
+    if (kept_chain.first != kNilIndex) depot.restore_filled(kept_chain.first, kept_chain.last, arena_);
+    if (emptied_chain.first != kNilIndex) depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
+  }
+
+  // A chain of magazines being built, linked through `next`, in the order appended.
+  struct Chain {
+    std::uint32_t first = kNilIndex, last = kNilIndex;
+    void append(std::uint32_t index, Arena &arena) noexcept {
+      if (last == kNilIndex)
+        first = index;
+      else
+        arena[last].next.store(index, std::memory_order_relaxed);
+      last = index;
+    }
+  };
+
+  Backend backend_;
+  unsigned event_flags_;
+  std::size_t max_idle_;
+  int device_count_ = 0;
+  Arena arena_;
+  std::unique_ptr<Depot[]> depots_;
+  std::unique_ptr<SharedCallCounts[]> counts_;          // per device; only with Policy::count_calls
+  std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
+};
+
+}  // namespace evpool::detail
