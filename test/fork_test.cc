@@ -330,6 +330,33 @@ struct ReportAtThreadExit {
 // The forking thread's cache still holds the parent's events in the child; when that thread exits
 // there before calling the pool, its exit flush must forget them, not hand them to the depot (over
 // the idle limit, destroying some).
+// A fork() from a signal handler that interrupts a thread's cache lookup, after the lookup's fork
+// check and before it sets the hint, leaves the child's thread a hint to the parent's cache. The
+// child's FlushThreadCache must then move none of the parent's events into the child's depots: its
+// Gets create, and never hand out a parent's token. (The hint is put back by hand here, as the
+// interrupted lookup would set it.)
+TEST(PoolAfterFork, AFlushThroughAHintThatSurvivedTheForkMovesNoneOfTheParentsEvents) {
+  HostBackend backend(1);
+  Pool pool(backend);
+  fill(pool, 0, 4);  // 4 idle in this thread's cache
+  const std::uint64_t created = backend.created();
+  const detail::ThreadCacheDirectory directory = detail::this_thread_caches;
+  ASSERT_NE(directory.hint, nullptr) << "the thread's cache is hinted";
+  const int failures = in_child([&] {
+    detail::this_thread_caches.hint_id = directory.hint_id;
+    detail::this_thread_caches.hint = directory.hint;
+    pool.FlushThreadCache();
+    int bits = 0;
+    for (int i = 0; i < 4; ++i) {
+      HostBackend::Event event = pool.Get(0);
+      if (HostBackend::serial_of(event.get()) <= created) bits |= 1;  // a parent's token
+      (void)event.release();
+    }
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "the child handed out its parent's events after a flush through a stale hint";
+}
+
 TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParentsEvents) {
   HostBackend backend(1);
   Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);

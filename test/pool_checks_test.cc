@@ -59,8 +59,8 @@ TEST(CheckedPool, ASecondPutOfAnIdleEventIsRefusedAndTheDuplicateIsNotDestroyed)
     pool.Put(std::move(duplicate));
     ADD_FAILURE() << "the double Put was accepted";
   } catch (const DoublePutError &error) {
-    EXPECT_THAT(error.what(), HasSubstr("event " + std::to_string(token) + " of device 1"));
-    EXPECT_THAT(error.what(), HasSubstr("already idle"));
+    EXPECT_THAT(error.what(), HasSubstr("event " + std::to_string(token) + " under device 1"));
+    EXPECT_THAT(error.what(), HasSubstr("already idle in the pool under device 1"));
   }
   EXPECT_FALSE(duplicate) << "the duplicate is emptied";
   EXPECT_EQ(backend.destroyed(), 0u) << "the pool's idle copy was destroyed through the duplicate";
@@ -73,6 +73,53 @@ TEST(CheckedPool, ASecondPutOfAnIdleEventIsRefusedAndTheDuplicateIsNotDestroyed)
   pool.Put(std::move(second));
   pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed()) << "the pool is consistent after the refusal";
+}
+
+// The usual bug when migrating from DALI: an adopted event (device unknown) put with device -1
+// twice, from threads whose current devices differ. The second Put files it under another device;
+// the checks must refuse it whatever device it names, or two Gets hand the handle to two holders.
+TEST(CheckedPool, ASecondPutUnderAnotherDeviceIsRefused) {
+  HostBackend backend(2);
+  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  const Token token = pool.Get(0).release();
+  backend.set_current_device(0);
+  pool.Put(backend.adopt(token, -1));  // filed under the current device, 0
+  backend.set_current_device(1);
+  Event duplicate = backend.adopt(token, -1);
+  try {
+    pool.Put(std::move(duplicate));  // the current device is now 1
+    ADD_FAILURE() << "the double Put under another device was accepted";
+  } catch (const DoublePutError &error) {
+    EXPECT_THAT(error.what(), HasSubstr("under device 1, which is already idle in the pool under device 0"));
+  }
+  backend.set_current_device(0);
+  EXPECT_FALSE(duplicate) << "the duplicate is emptied";
+  Event from_1 = pool.Get(1);
+  EXPECT_NE(from_1.get(), token) << "device 1 hands out an event that device 0 holds idle";
+  Event from_0 = pool.Get(0);
+  EXPECT_EQ(from_0.get(), token);
+  pool.Put(std::move(from_0));
+  pool.Put(std::move(from_1));
+  pool.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "the pool is consistent after the refusal";
+}
+
+// An event the pool handed out for device 0, wrapped again as adopted and put under device 1.
+TEST(CheckedPool, AnEventPutUnderAnotherDeviceThanItWasGotForIsRefused) {
+  HostBackend backend(2);
+  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  const Token token = pool.Get(0).release();
+  Event stray = backend.adopt(token, -1);
+  try {
+    pool.Put(std::move(stray), 1);
+    ADD_FAILURE() << "an event of device 0 was filed under device 1";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_THAT(error.what(), HasSubstr("under device 1, but the pool handed it out for device 0"));
+  }
+  ASSERT_TRUE(stray) << "the caller still owns the event";
+  pool.Put(std::move(stray), 0);
+  pool.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed());
 }
 
 TEST(CheckedPool, ALeaseEndingOnAnIdleCopyDoesNotDestroyIt) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -65,6 +66,37 @@ TYPED_TEST(PoolOptions, ReserveStopsAtTheFirstFailedCreateAndKeepsWhatItMade) {
   EXPECT_EQ(backend.created(), 2u);
 }
 
+// A request over the idle limit itself would create events only to destroy them: it is refused
+// before anything is created.
+TYPED_TEST(PoolOptions, ReserveOverTheIdleLimitIsRefusedAndCreatesNothing) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/8);
+  try {
+    pool.Reserve(0, 100000);
+    ADD_FAILURE() << "Reserve(0, 100000) under an idle limit of 8 was accepted";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_NE(std::string(error.what()).find("Reserve of 100000 events on device 0, over the pool's idle limit of 8"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(backend.created(), 0u);
+  pool.Reserve(0, 8);  // exactly the limit is fine
+  EXPECT_EQ(backend.created(), 8u);
+  EXPECT_EQ(backend.destroyed(), 0u);
+}
+
+// Where the depot already holds some, Reserve creates only what still fits, and destroys none.
+TYPED_TEST(PoolOptions, ReserveStopsWhereTheDepotIsFull) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/8);
+  pool.Reserve(0, 5);
+  pool.Reserve(0, 8);
+  EXPECT_EQ(backend.created(), 8u) << "the second Reserve must stop at the limit";
+  EXPECT_EQ(backend.destroyed(), 0u) << "Reserve created events only to destroy them";
+  pool.Purge();
+  EXPECT_EQ(backend.destroyed(), 8u);
+}
+
 TYPED_TEST(PoolOptions, TrimKeepsKIdleEventsOfEachDevice) {
   HostBackend backend(2);
   typename TestFixture::Pool pool(backend);
@@ -119,8 +151,10 @@ TYPED_TEST(PoolOptions, PutBeyondTheIdleLimitDestroysTheEvent) {
     EXPECT_EQ(backend.destroyed(), 2u);
     pool.Trim(1);
     EXPECT_EQ(backend.destroyed(), 4u);
-    pool.Reserve(0, 5);  // 2 more fit beside the one kept
-    EXPECT_EQ(backend.destroyed(), 7u);
+    const std::uint64_t created = backend.created();
+    pool.Reserve(0, 3);  // 2 more fit beside the one kept: only those are created
+    EXPECT_EQ(backend.created(), created + 2);
+    EXPECT_EQ(backend.destroyed(), 4u);
   } else {
     // With caches the bound is kLimit in the depot plus two magazines in this thread's cache.
     constexpr std::size_t kBound = kLimit + kPerThreadCacheBound<TypeParam>;
@@ -146,8 +180,8 @@ TYPED_TEST(PoolOptions, PutBeyondTheIdleLimitDestroysTheEvent) {
     pool.Purge();
     EXPECT_EQ(backend.created(), backend.destroyed());
     // Reserve goes to the depot, which never holds more than the limit.
-    pool.Reserve(0, 5);
-    EXPECT_EQ(backend.created(), kPut + 1 + 5);
+    pool.Reserve(0, kLimit);
+    EXPECT_EQ(backend.created(), kPut + 1 + kLimit);
     EXPECT_LE(backend.created() - backend.destroyed(), kLimit);
   }
   // What fits under the limit is kept, and the first Gets after it hit.

@@ -23,6 +23,7 @@
 // stacks publish a magazine's contents from one holder to the next (depot.h).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,7 +72,7 @@ class DeviceDepots {
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
-      checker_ = std::make_unique<EventChecker<handle_type>>(device_count_);
+      checker_ = std::make_unique<EventChecker<handle_type>>();
   }
   DeviceDepots(const DeviceDepots &) = delete;
   DeviceDepots &operator=(const DeviceDepots &) = delete;
@@ -116,24 +117,45 @@ class DeviceDepots {
     if (checker_) checker_->on_destroyed(device, handle);
   }
 
-  /// Fills the depot with `count` new events, in magazines filled to `fill` (not to their
-  /// capacity, which one thread's first Get would take whole). Throws what create and the arena
-  /// throw; the events created until then stay.
+  /// Fills the depot with up to `count` new events, in magazines filled to `fill` (not to their
+  /// capacity, which one thread's first Get would take whole). Each magazine's places under the
+  /// idle limit are reserved before its events are created, so Reserve stops where the depot is
+  /// full rather than create events only to destroy them. Throws std::invalid_argument, creating
+  /// nothing, if `count` exceeds the limit itself; otherwise what create and the arena throw, and
+  /// the events created until then stay.
   void reserve(int device, std::size_t count, std::uint32_t fill) {
+    if (max_idle_ != kUnlimitedIdle && count > max_idle_)
+      throw std::invalid_argument("evpool: Reserve of " + std::to_string(count) + " events on device " +
+                                  std::to_string(device) + ", over the pool's idle limit of " +
+                                  std::to_string(max_idle_) + " per device; nothing was created");
     Depot &depot = depots_[device];
     while (count > 0) {
-      const std::uint32_t index = depot.take_empty(arena_);
-      Magazine &magazine = arena_[index];
+      const auto places = static_cast<std::uint32_t>(depot.reserve_up_to(std::min<std::size_t>(count, fill), max_idle_));
+      if (places == 0) return;  // the depot is full: what is left would be destroyed at once
+      std::uint32_t index;
       try {
-        for (; count > 0 && magazine.count < fill; --count) {
-          magazine.handles[magazine.count++] = create(device);
-          if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count - 1]);
-        }
+        index = depot.take_empty(arena_);
       } catch (...) {
-        return_magazine(slot_of(index), device);
+        depot.release_places(places, max_idle_);
         throw;
       }
-      return_magazine(slot_of(index), device);
+      Magazine &magazine = arena_[index];
+      try {
+        while (magazine.count < places) {
+          magazine.handles[magazine.count] = create(device);
+          if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count]);
+          ++magazine.count;
+        }
+      } catch (...) {
+        depot.release_places(places - magazine.count, max_idle_);
+        if (magazine.empty())
+          depot.give_empty(index, arena_);
+        else
+          depot.give_reserved(index, arena_);
+        throw;
+      }
+      depot.give_reserved(index, arena_);
+      count -= places;
     }
   }
 
