@@ -117,11 +117,10 @@ std::string catalogue_json() {
     const std::string_view backend_name = kBackendNames[static_cast<int>(backend)];
     backends.push_back(quoted(backend_name) + ": " + joined(workloads, "{", "}"));
   }
-  return joined({"\"variants\": " + joined(variant_names, "[", "]"),
-                 "\"workloads\": " + joined(workload_names, "[", "]"),
-                 "\"references\": " + joined(references, "{", "}"),
-                 "\"benchmarks\": " + joined(backends, "{", "}")},
-                "{", "}");
+  return joined(
+      {"\"variants\": " + joined(variant_names, "[", "]"), "\"workloads\": " + joined(workload_names, "[", "]"),
+       "\"references\": " + joined(references, "{", "}"), "\"benchmarks\": " + joined(backends, "{", "}")},
+      "{", "}");
 }
 
 // ---- Registration -----------------------------------------------------------------------------
@@ -158,7 +157,8 @@ template <class Factory>
 void register_all(const Options &options) {
   [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
     (register_workload<Factory, static_cast<Workload>(kIndex)>(options), ...);
-  }(std::make_index_sequence<kWorkloadCount>{});
+  }
+  (std::make_index_sequence<kWorkloadCount>{});
 }
 
 std::vector<int> default_thread_counts() {

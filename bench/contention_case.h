@@ -67,8 +67,8 @@ std::int64_t run_in_pairs(benchmark::State &state, Ring &ring, HandoffRole role,
 
 // A producer gets a batch of events and sends it; its consumer puts the batch back.
 template <class Variant, class Source, class Ring>
-std::int64_t run_handoff(benchmark::State &state, Variant &variant, Source &source, int device,
-                         Ring &ring, HandoffRole role) {
+std::int64_t run_handoff(benchmark::State &state, Variant &variant, Source &source, int device, Ring &ring,
+                         HandoffRole role) {
   return run_in_pairs(
       state, ring, role, [&] { return source.Get(device).release(); },
       [&](auto handle) { source.Put(variant.adopt(handle, device), device); });
@@ -76,8 +76,7 @@ std::int64_t run_handoff(benchmark::State &state, Variant &variant, Source &sour
 
 // The cross-stream dependency: `consumer` waits for what `producer` has queued so far.
 template <class Source>
-void record_and_wait(Source &source, int device, cudaStream_t consumer, cudaStream_t producer,
-                     FirstError &errors) {
+void record_and_wait(Source &source, int device, cudaStream_t consumer, cudaStream_t producer, FirstError &errors) {
   auto event = source.Get(device);
   errors(cudaEventRecord(event.get(), producer));
   errors(cudaStreamWaitEvent(consumer, event.get(), 0));
@@ -85,8 +84,7 @@ void record_and_wait(Source &source, int device, cudaStream_t consumer, cudaStre
 }
 
 template <class Source>
-std::int64_t run_sync(benchmark::State &state, Source &source, const ThreadStreams &streams,
-                      FirstError &errors) {
+std::int64_t run_sync(benchmark::State &state, Source &source, const ThreadStreams &streams, FirstError &errors) {
   QueueBound bound;
   for (auto _ : state) {
     record_and_wait(source, streams.device, streams.b, streams.a, errors);
@@ -111,8 +109,7 @@ std::int64_t run_schedule(benchmark::State &state, Source &source, const ThreadS
 }
 
 template <class Source>
-std::int64_t run_wait(benchmark::State &state, Source &source, const ThreadStreams &streams,
-                      FirstError &errors) {
+std::int64_t run_wait(benchmark::State &state, Source &source, const ThreadStreams &streams, FirstError &errors) {
   QueueBound bound;
   for (auto _ : state) {
     wait_through(streams.b, streams.a, source);
@@ -172,7 +169,7 @@ struct Case {
   using Ring = HandoffRing<typename HandedOver<Backend, Variant, kWorkload>::type>;
 
   static inline std::unique_ptr<Variant> variant;
-  static inline std::unique_ptr<Ring[]> rings;  // handoffs: one per producer and consumer pair
+  static inline std::unique_ptr<Ring[]> rings;       // handoffs: one per producer and consumer pair
   static inline std::vector<ThreadStreams> streams;  // sync, schedule, wait: one per thread
   static inline int devices = 1;
 
@@ -186,7 +183,9 @@ struct Case {
 
   // Thread 2k produces into ring k, thread 2k+1 consumes from it.
   static Ring &ring_of(int thread) { return rings[static_cast<std::size_t>(thread / 2)]; }
-  static HandoffRole role_of(int thread) { return thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer; }
+  static HandoffRole role_of(int thread) {
+    return thread % 2 == 0 ? HandoffRole::kProducer : HandoffRole::kConsumer;
+  }
 
   static int device_of_thread(int thread) {
     return kInfo.placement == Placement::kRoundRobin ? thread % devices : 0;
@@ -208,8 +207,7 @@ struct Case {
     const Backend backend = Factory::make(kInfo.placement);
     devices = backend.device_count();
     variant = std::make_unique<Variant>(backend, threads);
-    if constexpr (kInPairs)
-      rings = std::make_unique<Ring[]>(static_cast<std::size_t>(threads / 2));
+    if constexpr (kInPairs) rings = std::make_unique<Ring[]>(static_cast<std::size_t>(threads / 2));
     if constexpr (kOnStreams) {
       for (int t = 0; t < threads; ++t) streams.push_back(ThreadStreams::open(device_of_thread(t)));
       Factory::enter_device(0);
@@ -251,10 +249,12 @@ struct Case {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
   }
   static void raise_to(std::atomic<std::int64_t> &value, std::int64_t to) {
-    for (std::int64_t seen = value.load(); seen < to && !value.compare_exchange_weak(seen, to);) {}
+    for (std::int64_t seen = value.load(); seen < to && !value.compare_exchange_weak(seen, to);) {
+    }
   }
   static void lower_to(std::atomic<std::int64_t> &value, std::int64_t to) {
-    for (std::int64_t seen = value.load(); seen > to && !value.compare_exchange_weak(seen, to);) {}
+    for (std::int64_t seen = value.load(); seen > to && !value.compare_exchange_weak(seen, to);) {
+    }
   }
 
   static void Teardown(const benchmark::State &) {

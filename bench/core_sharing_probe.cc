@@ -122,7 +122,8 @@ void probe(const Backend &backend, int rounds, long pairs, double quiet_ratio, b
       continue;
     }
     for (std::size_t i = 0; i < kColumns; ++i) std::printf("  %s %.2f", kNames[i], median(column[i]));
-    for (std::size_t i = 0; i + 1 < kPools; ++i) std::printf("  %s/private %.2f", kNames[i], median(over_private[i]));
+    for (std::size_t i = 0; i + 1 < kPools; ++i)
+      std::printf("  %s/private %.2f", kNames[i], median(over_private[i]));
     std::printf("\n");
   }
   std::fflush(stdout);

@@ -46,12 +46,14 @@ struct Quartiles {
 };
 Quartiles quartiles_of(std::vector<double> figures) {
   std::sort(figures.begin(), figures.end());
-  const auto at = [&](double quantile) { return figures[static_cast<std::size_t>(quantile * (figures.size() - 1))]; };
+  const auto at = [&](double quantile) {
+    return figures[static_cast<std::size_t>(quantile * (figures.size() - 1))];
+  };
   return {at(0), at(0.25), at(0.5), at(0.75), at(1)};
 }
 void print(const char *name, const Quartiles &q, const char *unit) {
-  std::printf("%-24s least %.2f  q1 %.2f  median %.2f  q3 %.2f  most %.2f %s\n", name, q.least, q.q1, q.median,
-              q.q3, q.most, unit);
+  std::printf("%-24s least %.2f  q1 %.2f  median %.2f  q3 %.2f  most %.2f %s\n", name, q.least, q.q1,
+              q.median, q.q3, q.most, unit);
 }
 
 // At each offset every source runs its loop in turn (each the best of two runs), so that the

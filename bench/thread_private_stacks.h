@@ -34,8 +34,7 @@ class ThreadPrivateStacks {
   class alignas(detail::kFalseSharingRange) OwnStacks {
    public:
     OwnStacks(Backend backend, unsigned event_flags)
-        : backend_(std::move(backend)), event_flags_(event_flags),
-          device_count_(backend_.device_count()),
+        : backend_(std::move(backend)), event_flags_(event_flags), device_count_(backend_.device_count()),
           devices_(std::make_unique<DeviceStack[]>(static_cast<std::size_t>(device_count_))) {}
     OwnStacks(const OwnStacks &) = delete;
     OwnStacks &operator=(const OwnStacks &) = delete;

@@ -74,9 +74,7 @@ class SharedPool : public CountedVariant<Backend> {
 
   /// Of the Gets so far, pre-warming included, the share served by an idle event: for the pools
   /// that keep stats() (evpool's).
-  double hit_rate() const
-    requires Pool<CountingBackend<Backend>>::policy_type::count_calls
-  {
+  double hit_rate() const requires Pool<CountingBackend<Backend>>::policy_type::count_calls {
     const DeviceStats total = pool_.stats().total();
     return total.gets == 0 ? 0.0 : static_cast<double>(total.gets_hit) / static_cast<double>(total.gets);
   }
@@ -85,21 +83,36 @@ class SharedPool : public CountedVariant<Backend> {
   Pool<CountingBackend<Backend>> pool_;
 };
 
-template <class B> using EvpoolPool = BasicEventPool<B>;
-template <class B> using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
-template <class B> using EvpoolBackoffPool = BasicEventPool<B, ExponentialBackoffPolicy<>>;
-template <class B> using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
-template <class B> using EvpoolMag32Pool = BasicEventPool<B, FixedMagazinePolicy<32>>;
-template <class B> using EvpoolMag256Pool = BasicEventPool<B, FixedMagazinePolicy<256>>;
-template <class B> using SharedEvpool = SharedPool<EvpoolPool, B>;
-template <class B> using SharedEvpoolMag32 = SharedPool<EvpoolMag32Pool, B>;
-template <class B> using SharedEvpoolMag256 = SharedPool<EvpoolMag256Pool, B>;
-template <class B> using SharedEvpoolNoCache = SharedPool<EvpoolNoCachePool, B>;
-template <class B> using SharedEvpoolBackoff = SharedPool<EvpoolBackoffPool, B>;
-template <class B> using SharedEvpoolNoStats = SharedPool<EvpoolNoStatsPool, B>;
-template <class B> using SharedSpinlock = SharedPool<competitors::SpinlockEventPool, B>;
-template <class B> using SharedMutex = SharedPool<competitors::MutexEventPool, B>;
-template <class B> using SharedBoost = SharedPool<competitors::BoostLockfreeEventPool, B>;
+template <class B>
+using EvpoolPool = BasicEventPool<B>;
+template <class B>
+using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
+template <class B>
+using EvpoolBackoffPool = BasicEventPool<B, ExponentialBackoffPolicy<>>;
+template <class B>
+using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
+template <class B>
+using EvpoolMag32Pool = BasicEventPool<B, FixedMagazinePolicy<32>>;
+template <class B>
+using EvpoolMag256Pool = BasicEventPool<B, FixedMagazinePolicy<256>>;
+template <class B>
+using SharedEvpool = SharedPool<EvpoolPool, B>;
+template <class B>
+using SharedEvpoolMag32 = SharedPool<EvpoolMag32Pool, B>;
+template <class B>
+using SharedEvpoolMag256 = SharedPool<EvpoolMag256Pool, B>;
+template <class B>
+using SharedEvpoolNoCache = SharedPool<EvpoolNoCachePool, B>;
+template <class B>
+using SharedEvpoolBackoff = SharedPool<EvpoolBackoffPool, B>;
+template <class B>
+using SharedEvpoolNoStats = SharedPool<EvpoolNoStatsPool, B>;
+template <class B>
+using SharedSpinlock = SharedPool<competitors::SpinlockEventPool, B>;
+template <class B>
+using SharedMutex = SharedPool<competitors::MutexEventPool, B>;
+template <class B>
+using SharedBoost = SharedPool<competitors::BoostLockfreeEventPool, B>;
 
 template <class Backend>
 class PrivateStacks : public CountedVariant<Backend> {
@@ -232,26 +245,24 @@ struct VariantList {
 };
 
 // In the order the reports list them.
-using AllVariants = VariantList<
-    Variant<"evpool", kEvpool, SharedEvpool>,
-    // no per-thread cache: every Get and Put on the shared stacks
-    Variant<"evpool-nocache", kEvpoolPolicies, SharedEvpoolNoCache>,
-    // exponential backoff after a failed compare-exchange of a depot head (the default retries)
-    Variant<"evpool-backoff", kEvpoolPolicies, SharedEvpoolBackoff>,
-    // magazines that do not grow: always 32 events (the default before magazines grew), or
-    // always 256 (the default's largest)
-    Variant<"evpool-mag32", kEvpoolPolicies, SharedEvpoolMag32>,
-    Variant<"evpool-mag256", kEvpoolPolicies, SharedEvpoolMag256>,
-    // no counters (stats() off): what counting costs
-    Variant<"evpool-nostats", kEvpoolPolicies, SharedEvpoolNoStats>,
-    // DALI's design, the one evpool replaces: one yielding spinlock over per-device lists
-    Variant<"spinlock", kCompetitorPools, SharedSpinlock>,
-    // a std::mutex and a std::vector per device, as PyTorch pools its events
-    Variant<"mutex", kCompetitorPools, SharedMutex>,
-    // a boost::lockfree::stack per device, as HPX and pika do
-    Variant<"boost", kCompetitorPools, SharedBoost>,
-    Variant<"private", kPrivateStacks, PrivateStacks>,
-    Variant<"none", kNoPool, NoPool>,
-    Variant<"carrier", kCarrier, Carrier>>;
+using AllVariants =
+    VariantList<Variant<"evpool", kEvpool, SharedEvpool>,
+                // no per-thread cache: every Get and Put on the shared stacks
+                Variant<"evpool-nocache", kEvpoolPolicies, SharedEvpoolNoCache>,
+                // exponential backoff after a failed compare-exchange of a depot head (the default retries)
+                Variant<"evpool-backoff", kEvpoolPolicies, SharedEvpoolBackoff>,
+                // magazines that do not grow: always 32 events (the default before magazines grew), or
+                // always 256 (the default's largest)
+                Variant<"evpool-mag32", kEvpoolPolicies, SharedEvpoolMag32>,
+                Variant<"evpool-mag256", kEvpoolPolicies, SharedEvpoolMag256>,
+                // no counters (stats() off): what counting costs
+                Variant<"evpool-nostats", kEvpoolPolicies, SharedEvpoolNoStats>,
+                // DALI's design, the one evpool replaces: one yielding spinlock over per-device lists
+                Variant<"spinlock", kCompetitorPools, SharedSpinlock>,
+                // a std::mutex and a std::vector per device, as PyTorch pools its events
+                Variant<"mutex", kCompetitorPools, SharedMutex>,
+                // a boost::lockfree::stack per device, as HPX and pika do
+                Variant<"boost", kCompetitorPools, SharedBoost>, Variant<"private", kPrivateStacks, PrivateStacks>,
+                Variant<"none", kNoPool, NoPool>, Variant<"carrier", kCarrier, Carrier>>;
 
 }  // namespace evpool::bench

@@ -10,7 +10,17 @@
 namespace evpool::bench {
 
 enum class Workload {
-  kPair, kBurst, kBurst64, kHandoff, kSpread, kSync, kSchedule, kWait, kLease, kLeaseShared, kLeaseHandoff
+  kPair,
+  kBurst,
+  kBurst64,
+  kHandoff,
+  kSpread,
+  kSync,
+  kSchedule,
+  kWait,
+  kLease,
+  kLeaseShared,
+  kLeaseHandoff
 };
 inline constexpr std::size_t kWorkloadCount = 11;
 
@@ -48,57 +58,100 @@ struct WorkloadInfo {
 // In enum order. Each thread, on every iteration:
 inline constexpr WorkloadInfo kWorkloads[kWorkloadCount] = {
     // gets one event and puts it back
-    {.workload = Workload::kPair, .name = "pair", .variant_kinds = kEveryPool,
-     .reference = "pair/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 1},
+    {.workload = Workload::kPair,
+     .name = "pair",
+     .variant_kinds = kEveryPool,
+     .reference = "pair/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 1},
     // gets 8 events, then puts the 8 back
-    {.workload = Workload::kBurst, .name = "burst", .variant_kinds = kEveryPool,
-     .reference = "burst/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 8},
+    {.workload = Workload::kBurst,
+     .name = "burst",
+     .variant_kinds = kEveryPool,
+     .reference = "burst/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 8},
     // gets 64 events, then puts the 64 back
-    {.workload = Workload::kBurst64, .name = "burst64", .variant_kinds = kEveryPool,
-     .reference = "burst64/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 64},
+    {.workload = Workload::kBurst64,
+     .name = "burst64",
+     .variant_kinds = kEveryPool,
+     .reference = "burst64/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 64},
     // threads in pairs: thread 2k gets a batch of 64 events and passes it through a BatchRing to
     // thread 2k+1, which puts them back (a completion thread); counted where they are put back.
     // Private stacks cannot return an event to another thread: carrier is the limit here.
-    {.workload = Workload::kHandoff, .name = "handoff",
+    {.workload = Workload::kHandoff,
+     .name = "handoff",
      .variant_kinds = kEvpoolFamily | kCompetitorPools | kNoPool | kCarrier,
-     .reference = "handoff/carrier", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 64},
+     .reference = "handoff/carrier",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 64},
     // pair, with thread t on device t % devices
-    {.workload = Workload::kSpread, .name = "spread", .variant_kinds = kEveryPool,
-     .reference = "spread/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kRoundRobin, .events_per_iteration = 1},
+    {.workload = Workload::kSpread,
+     .name = "spread",
+     .variant_kinds = kEveryPool,
+     .reference = "spread/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kRoundRobin,
+     .events_per_iteration = 1},
     // get, cudaEventRecord on stream A, cudaStreamWaitEvent on stream B, put
-    {.workload = Workload::kSync, .name = "sync", .variant_kinds = kEveryPool,
-     .reference = "sync/private", .backends = Backends::kCudaOnly,
-     .placement = Placement::kRoundRobin, .events_per_iteration = 1},
+    {.workload = Workload::kSync,
+     .name = "sync",
+     .variant_kinds = kEveryPool,
+     .reference = "sync/private",
+     .backends = Backends::kCudaOnly,
+     .placement = Placement::kRoundRobin,
+     .events_per_iteration = 1},
     // what a scheduler does: a 256-byte cudaMemsetAsync on A, then get, record on A, B waits on
     // it, put; then the same with A and B swapped
-    {.workload = Workload::kSchedule, .name = "schedule", .variant_kinds = kEveryPool,
-     .reference = "schedule/private", .backends = Backends::kCudaOnly,
-     .placement = Placement::kRoundRobin, .events_per_iteration = 2},
+    {.workload = Workload::kSchedule,
+     .name = "schedule",
+     .variant_kinds = kEveryPool,
+     .reference = "schedule/private",
+     .backends = Backends::kCudaOnly,
+     .placement = Placement::kRoundRobin,
+     .events_per_iteration = 2},
     // evpool::wait(B, A, pool), against the same steps (bench/stream_wait_via.h) over the private
     // stacks
-    {.workload = Workload::kWait, .name = "wait", .variant_kinds = kEvpool | kPrivateStacks,
-     .reference = "wait/private", .backends = Backends::kCudaOnly,
-     .placement = Placement::kRoundRobin, .events_per_iteration = 1},
+    {.workload = Workload::kWait,
+     .name = "wait",
+     .variant_kinds = kEvpool | kPrivateStacks,
+     .reference = "wait/private",
+     .backends = Backends::kCudaOnly,
+     .placement = Placement::kRoundRobin,
+     .events_per_iteration = 1},
     // auto lease = pool.Lease(device), dropped at once. Only the evpool variants have leases; the
     // limit is the private stacks' Get and Put.
-    {.workload = Workload::kLease, .name = "lease", .variant_kinds = kEvpoolFamily,
-     .reference = "pair/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 1},
+    {.workload = Workload::kLease,
+     .name = "lease",
+     .variant_kinds = kEvpoolFamily,
+     .reference = "pair/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 1},
     // pool.LeaseShared(device) and one copy of it, both dropped
-    {.workload = Workload::kLeaseShared, .name = "lease-shared", .variant_kinds = kEvpoolFamily,
-     .reference = "pair/private", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 1},
+    {.workload = Workload::kLeaseShared,
+     .name = "lease-shared",
+     .variant_kinds = kEvpoolFamily,
+     .reference = "pair/private",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 1},
     // threads in pairs, as handoff: thread 2k begins a batch of 64 shared leases and moves them
     // through a BatchRing to thread 2k+1, which drops them (a completion thread ending what a
     // scheduler began); counted where they end. The limit: the same events handed over bare.
-    {.workload = Workload::kLeaseHandoff, .name = "lease-handoff", .variant_kinds = kEvpoolFamily,
-     .reference = "handoff/evpool", .backends = Backends::kHostAndCuda,
-     .placement = Placement::kDeviceZero, .events_per_iteration = 64},
+    {.workload = Workload::kLeaseHandoff,
+     .name = "lease-handoff",
+     .variant_kinds = kEvpoolFamily,
+     .reference = "handoff/evpool",
+     .backends = Backends::kHostAndCuda,
+     .placement = Placement::kDeviceZero,
+     .events_per_iteration = 64},
 };
 
 consteval bool in_enum_order() {

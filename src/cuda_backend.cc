@@ -9,9 +9,7 @@ void CUDABackend::validate_flags(unsigned flags) const { detail::validate_event_
 // The pool validated the flags once, when it was constructed (validate_flags).
 cudaEvent_t CUDABackend::create(unsigned flags, int device) { return detail::create_event_on(device, flags); }
 
-void CUDABackend::destroy(cudaEvent_t handle) noexcept {
-  detail::destroy_event_tolerating_exit(handle);
-}
+void CUDABackend::destroy(cudaEvent_t handle) noexcept { detail::destroy_event_tolerating_exit(handle); }
 
 int CUDABackend::device_count() const {
   int count = 0;

@@ -32,7 +32,8 @@ CUDAEventPool &CUDAEventPool::instance_for(unsigned event_flags) {
       // exit instead; once, for every such pool.
       static const int registered = std::atexit([] {
         for (std::atomic<CUDAEventPool *> &pool : process_pools)
-          if (CUDAEventPool *found = pool.load(std::memory_order_acquire)) found->report_outstanding_at_exit();
+          if (CUDAEventPool *found = pool.load(std::memory_order_acquire))
+            found->report_outstanding_at_exit();
       });
       (void)registered;
     }

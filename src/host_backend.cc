@@ -37,8 +37,8 @@ HostBackend::handle_type HostBackend::create(unsigned /*flags*/, int device) {
   detail::check_device_ordinal(device, state_->device_count, "HostBackend::create");
   const std::uint64_t attempt = state_->create_attempts.fetch_add(1, std::memory_order_relaxed) + 1;
   if (state_->should_fail && state_->should_fail(attempt, device))
-    throw HostBackendFault("evpool: injected fault in HostBackend create attempt " +
-                           std::to_string(attempt) + " on device " + std::to_string(device));
+    throw HostBackendFault("evpool: injected fault in HostBackend create attempt " + std::to_string(attempt) +
+                           " on device " + std::to_string(device));
   const std::uint64_t serial = state_->next_serial.fetch_add(1, std::memory_order_relaxed);
   state_->created.fetch_add(1, std::memory_order_relaxed);
   return (static_cast<std::uint64_t>(device) << 48) | serial;

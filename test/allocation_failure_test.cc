@@ -34,8 +34,9 @@ void *allocate(std::size_t size, std::size_t alignment) {
   }
   if (allocations_until_failure > 0) --allocations_until_failure;
   const std::size_t rounded = (size + alignment - 1) / alignment * alignment;
-  void *memory = alignment <= alignof(std::max_align_t) ? std::malloc(size ? size : 1)
-                                                        : std::aligned_alloc(alignment, rounded ? rounded : alignment);
+  void *memory = alignment <= alignof(std::max_align_t)
+                     ? std::malloc(size ? size : 1)
+                     : std::aligned_alloc(alignment, rounded ? rounded : alignment);
   if (memory == nullptr) throw std::bad_alloc();
   return memory;
 }
@@ -62,8 +63,12 @@ int allocations_beginning(Pool &pool, Leases &leases, int count) {
 
 void *operator new(std::size_t size) { return allocate(size, alignof(std::max_align_t)); }
 void *operator new[](std::size_t size) { return allocate(size, alignof(std::max_align_t)); }
-void *operator new(std::size_t size, std::align_val_t a) { return allocate(size, static_cast<std::size_t>(a)); }
-void *operator new[](std::size_t size, std::align_val_t a) { return allocate(size, static_cast<std::size_t>(a)); }
+void *operator new(std::size_t size, std::align_val_t a) {
+  return allocate(size, static_cast<std::size_t>(a));
+}
+void *operator new[](std::size_t size, std::align_val_t a) {
+  return allocate(size, static_cast<std::size_t>(a));
+}
 void operator delete(void *p) noexcept { std::free(p); }
 void operator delete[](void *p) noexcept { std::free(p); }
 void operator delete(void *p, std::size_t size) noexcept {

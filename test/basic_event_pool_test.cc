@@ -71,8 +71,7 @@ TYPED_TEST(BasicEventPoolTest, IdleEventsComeBackLastInFirstOut) {
     tokens.push_back(event.get());
     this->pool.Put(std::move(event));
   }
-  for (auto it = tokens.rbegin(); it != tokens.rend(); ++it)
-    EXPECT_EQ(this->pool.Get(0).release(), *it);
+  for (auto it = tokens.rbegin(); it != tokens.rend(); ++it) EXPECT_EQ(this->pool.Get(0).release(), *it);
 }
 
 TYPED_TEST(BasicEventPoolTest, EachDeviceHasItsOwnEvents) {
@@ -140,11 +139,9 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnOrdinalOutsideTheDevicesIsOutOfRangeAndKee
 
 TYPED_TEST(BasicEventPoolTest, PutOfAnEventWhoseRecordedDeviceIsNotInThePoolIsOutOfRange) {
   Event stranger = this->backend.adopt(this->backend.create(0, 1), 7);
-  expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger)); },
-                                  {"device ordinal 7"});
+  expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger)); }, {"device ordinal 7"});
   // Named by the caller too: the recorded and the given device agree, and neither is the pool's.
-  expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger), 7); },
-                                  {"device ordinal 7"});
+  expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger), 7); }, {"device ordinal 7"});
   EXPECT_TRUE(stranger);
 }
 
@@ -174,9 +171,9 @@ TYPED_TEST(BasicEventPoolTest, AFailedCreateReachesTheCallerAndThePoolKeepsWorki
   Event kept = this->pool.Get(0);
   this->pool.Put(std::move(kept));
   this->backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt == 2; });
-  EXPECT_NO_THROW(this->pool.Get(0).reset());             // a hit: no create
-  EXPECT_THROW(this->pool.Get(0), HostBackendFault);       // attempt 2 fails
-  Event after = this->pool.Get(0);                         // attempt 3 succeeds
+  EXPECT_NO_THROW(this->pool.Get(0).reset());         // a hit: no create
+  EXPECT_THROW(this->pool.Get(0), HostBackendFault);  // attempt 2 fails
+  Event after = this->pool.Get(0);                    // attempt 3 succeeds
   EXPECT_TRUE(after);
   this->pool.Put(std::move(after));
   this->pool.Purge();

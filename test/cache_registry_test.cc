@@ -65,7 +65,8 @@ TEST(CacheRegistry, AChildForkedDuringAnAddMeetsEveryEarlierCache) {
     ++snapshots;
     const Walk child = walk(registry, 4);
     EXPECT_EQ(child.trouble, "");
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(child.ids.count(i), 1u) << "snapshot " << snapshots << " lost cache " << i;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(child.ids.count(i), 1u) << "snapshot " << snapshots << " lost cache " << i;
   };
   registry.add(nodes[3]);
   fork_here = nullptr;
@@ -82,7 +83,8 @@ TEST(CacheRegistry, AChildForkedDuringASweepNeverMeetsAFreedCacheAndMeetsEveryKe
     ++snapshots;
     const Walk child = walk(registry, 5);
     EXPECT_EQ(child.trouble, "") << "snapshot " << snapshots;
-    for (int kept : {0, 2, 4}) EXPECT_EQ(child.ids.count(kept), 1u) << "snapshot " << snapshots << " lost cache " << kept;
+    for (int kept : {0, 2, 4})
+      EXPECT_EQ(child.ids.count(kept), 1u) << "snapshot " << snapshots << " lost cache " << kept;
   };
   registry.sweep([](Node &node) { return node.id % 2 == 1; }, [](Node &node) { node.freed = true; });
   fork_here = nullptr;

@@ -67,14 +67,13 @@ class Ledger {
 struct Scenario {
   int threads;
   int devices;
-  bool faults;    // every 5th create attempt fails
-  bool handoff;   // events got on one thread are put back by another
-  bool purges;    // Purge runs among Gets and Puts
-  bool cached;    // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+  bool faults;   // every 5th create attempt fails
+  bool handoff;  // events got on one thread are put back by another
+  bool purges;   // Purge runs among Gets and Puts
+  bool cached;   // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
   std::string name() const {
-    return std::to_string(threads) + "threads_" + std::to_string(devices) + "devices" +
-           (faults ? "_faults" : "") + (handoff ? "_handoff" : "") + (purges ? "_purges" : "") +
-           test::policy_suffix(cached);
+    return std::to_string(threads) + "threads_" + std::to_string(devices) + "devices" + (faults ? "_faults" : "") +
+           (handoff ? "_handoff" : "") + (purges ? "_purges" : "") + test::policy_suffix(cached);
   }
 };
 
@@ -166,8 +165,7 @@ void run_scenario(const Scenario &scenario) {
     // depot holding at least one event, or held by a thread: its cache's loaded and previous
     // magazines of each device, plus one in its hands (being traded, or a Purge's spare).
     const auto per_thread = static_cast<std::size_t>(2 * scenario.devices + 1);
-    EXPECT_LE(pool.node_count(),
-              backend.created() + per_thread * static_cast<std::size_t>(scenario.threads));
+    EXPECT_LE(pool.node_count(), backend.created() + per_thread * static_cast<std::size_t>(scenario.threads));
   }
 }
 

@@ -18,8 +18,8 @@ inline CudaAvailability cuda_availability() {
   if (error != cudaSuccess) {
     cudaGetLastError();
     result.devices = 0;
-    result.why_not = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + ": " +
-                     cudaGetErrorString(error);
+    result.why_not =
+        std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + ": " + cudaGetErrorString(error);
   } else if (result.devices == 0) {
     result.why_not = "no CUDA device is visible";
   }
@@ -28,14 +28,14 @@ inline CudaAvailability cuda_availability() {
 
 }  // namespace evpool::testing_support
 
-#define EVPOOL_REQUIRE_GPU()                                                            \
-  do {                                                                                  \
-    const auto availability = ::evpool::testing_support::cuda_availability();          \
+#define EVPOOL_REQUIRE_GPU()                                                                \
+  do {                                                                                      \
+    const auto availability = ::evpool::testing_support::cuda_availability();               \
     if (availability.devices == 0) GTEST_SKIP() << "needs a GPU: " << availability.why_not; \
   } while (false)
 
-#define EVPOOL_REQUIRE_NO_GPU()                                                         \
-  do {                                                                                  \
-    if (::evpool::testing_support::cuda_availability().devices > 0)                     \
+#define EVPOOL_REQUIRE_NO_GPU()                                                              \
+  do {                                                                                       \
+    if (::evpool::testing_support::cuda_availability().devices > 0)                          \
       GTEST_SKIP() << "checks the behaviour without a usable GPU, and this machine has one"; \
   } while (false)

@@ -323,8 +323,8 @@ TEST_F(StreamWaitOnGpu, CrossesDevicesAndRestoresTheCallersDevice) {
   ASSERT_CUDA(cudaMemsetAsync(buffer_, 9, kBytes, producer));
   evpool::wait(consumer, producer);
   EXPECT_EQ(current_device(), 1);
-  ASSERT_CUDA(cudaMemcpyAsync(host_, buffer_ + kBytes / 4 - 1, sizeof(std::uint32_t),
-                              cudaMemcpyDeviceToHost, consumer));
+  ASSERT_CUDA(cudaMemcpyAsync(host_, buffer_ + kBytes / 4 - 1, sizeof(std::uint32_t), cudaMemcpyDeviceToHost,
+                              consumer));
   ASSERT_CUDA(cudaStreamSynchronize(consumer));
   EXPECT_EQ(*host_, 0x09090909u);
   EXPECT_CUDA(cudaStreamDestroy(consumer));

@@ -65,8 +65,7 @@ TEST(CUDAEvent, RejectsFlagsCudaWouldRejectBeforeCallingCuda) {
 
 TEST(CUDAEventPool, RejectsInvalidFlagsBeforeCallingCuda) {
   EXPECT_THROW(CUDAEventPool pool(0x80), std::invalid_argument);
-  EXPECT_THROW(CUDAEventPool pool(cudaEventInterprocess | cudaEventBlockingSync),
-               std::invalid_argument);
+  EXPECT_THROW(CUDAEventPool pool(cudaEventInterprocess | cudaEventBlockingSync), std::invalid_argument);
 }
 
 TEST(CUDAError, NamesTheCallAndCudasMessage) {

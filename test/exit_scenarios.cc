@@ -89,7 +89,8 @@ int cuda_pool_destroyed_after_runtime_unloads() {
   });
   require_gpu();
   pool_destroyed_after_runtime_unloads = new evpool::CUDAEventPool();
-  for (int i = 0; i < 4; ++i) events_destroyed_after_runtime_unloads.push_back(pool_destroyed_after_runtime_unloads->Get(0));
+  for (int i = 0; i < 4; ++i)
+    events_destroyed_after_runtime_unloads.push_back(pool_destroyed_after_runtime_unloads->Get(0));
   pool_destroyed_after_runtime_unloads->Put(std::move(events_destroyed_after_runtime_unloads.back()));
   events_destroyed_after_runtime_unloads.pop_back();
   std::exit(0);

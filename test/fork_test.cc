@@ -55,7 +55,7 @@ TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
   const int failures = in_child([&] {
     int bits = 0;
     HostBackend::Event event = pool.Get(0);
-    if (backend.created() != created + 1) bits |= 1;              // a miss: the pool is empty
+    if (backend.created() != created + 1) bits |= 1;                // a miss: the pool is empty
     if (HostBackend::serial_of(event.get()) <= created) bits |= 2;  // a fresh token
     pool.Put(std::move(event));
     pool.Purge();
@@ -126,7 +126,7 @@ TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {
   using FencedPool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   FencedPool pool(backend);
-  fill(pool, 0, 3);  // this thread's cache is warm when it forks
+  fill(pool, 0, 3);                    // this thread's cache is warm when it forks
   const int failures = in_child([&] {  // one fence per call
     return test::OwnersFenceFully::fences_during([&] { pool.Put(pool.Get(0)); }) == 2 ? 0 : 1;
   });
@@ -150,7 +150,7 @@ TEST(PoolAfterFork, TheChildsStatsStartAtZeroAndCountOnlyItsOwnCalls) {
   fill(pool, 1, 3);
   HostBackend::Event adopted = pool.Get(1);
   pool.Put(backend.adopt(adopted.release(), -1), 1);  // an adopted Put
-  std::thread([&] { fill(pool, 0, 2); }).join();  // a cache of an exited thread, not yet collected
+  std::thread([&] { fill(pool, 0, 2); }).join();      // a cache of an exited thread, not yet collected
   std::atomic<bool> fork_done{false};
   std::atomic<bool> other_filled{false};
   std::thread other([&] {  // a cache of a thread that is alive when the parent forks
@@ -430,8 +430,10 @@ std::vector<std::string> fork_while_an_operation_is_in_flight(Setup setup, InFli
 
 std::string lines(const std::vector<std::string> &failed) {
   std::string text;
-  for (const std::string &line : failed) text += "\n  " + line + " (bit 1: a Put under the limit "
-                                                 "destroyed its event; 2: a kept event was missing)";
+  for (const std::string &line : failed)
+    text += "\n  " + line +
+            " (bit 1: a Put under the limit "
+            "destroyed its event; 2: a kept event was missing)";
   return text;
 }
 
@@ -447,9 +449,9 @@ TEST(PoolAfterFork, AChildForkedDuringAParentsPutKeepsEveryEventItPutsUnderTheLi
 }
 
 TEST(PoolAfterFork, AChildForkedDuringAParentsGetKeepsEveryEventItPutsUnderTheLimit) {
-  const auto failed = fork_while_an_operation_is_in_flight(
-      [](SteppedPool &pool) { fill(pool, 0, kLimit); },  // at the limit
-      [](SteppedPool &pool) { HostBackend::Event event = pool.Get(0); });
+  const auto failed =
+      fork_while_an_operation_is_in_flight([](SteppedPool &pool) { fill(pool, 0, kLimit); },  // at the limit
+                                           [](SteppedPool &pool) { HostBackend::Event event = pool.Get(0); });
   EXPECT_TRUE(failed.empty()) << lines(failed);
 }
 

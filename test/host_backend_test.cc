@@ -54,9 +54,7 @@ TEST(HostBackend, EventsDestroyTheirTokenOnceWhenTheyDie) {
 
 TEST(HostBackend, InjectedFaultsFailTheChosenAttempts) {
   HostBackend backend(2);
-  backend.inject_create_fault([](std::uint64_t attempt, int device) {
-    return attempt == 2 || device == 1;
-  });
+  backend.inject_create_fault([](std::uint64_t attempt, int device) { return attempt == 2 || device == 1; });
   EXPECT_NO_THROW(backend.create(0, 0));
   EXPECT_THROW(backend.create(0, 0), HostBackendFault);
   EXPECT_NO_THROW(backend.create(0, 0));

@@ -178,8 +178,7 @@ class ScenarioRun {
   explicit ScenarioRun(const Scenario &scenario)
       : scenario_(scenario), backend_(scenario.devices),
         pool_(std::in_place, backend_, LedgerBackend::kDefaultFlags, scenario.max_idle),
-        holdings_(scenario.threads.size()),
-        held_on_(static_cast<std::size_t>(scenario.devices), 0) {
+        holdings_(scenario.threads.size()), held_on_(static_cast<std::size_t>(scenario.devices), 0) {
     testing_support::restart_depot_stripe_hints();
     DeterministicScheduler::StepBudget budget;
     std::vector<Event> warm;
@@ -273,15 +272,9 @@ class ScenarioRun {
       case Op::kDropPosted:
         if (!mailbox_.empty()) drop(take_oldest(mailbox_));
         break;
-      case Op::kReserve:
-        pool_->Reserve(op.device, static_cast<std::size_t>(op.count));
-        break;
-      case Op::kPurge:
-        pool_->Purge();
-        break;
-      case Op::kTrimToOne:
-        pool_->Trim(1);
-        break;
+      case Op::kReserve: pool_->Reserve(op.device, static_cast<std::size_t>(op.count)); break;
+      case Op::kPurge: pool_->Purge(); break;
+      case Op::kTrimToOne: pool_->Trim(1); break;
     }
   }
 
@@ -346,8 +339,8 @@ class ScenarioRun {
   std::optional<Pool> pool_;
   std::vector<Holdings> holdings_;
   std::deque<typename Pool::shared_lease> mailbox_;
-  std::map<Token, int> holders_;  // holders of each event: 0 or 1 (a shared lease counts once)
-  std::map<Token, int> copies_;   // live copies of each shared lease
+  std::map<Token, int> holders_;       // holders of each event: 0 or 1 (a shared lease counts once)
+  std::map<Token, int> copies_;        // live copies of each shared lease
   std::vector<std::int64_t> held_on_;  // events held, per device
   int operations_running_ = 0;
   Violations found_;
@@ -420,10 +413,10 @@ std::pair<Violations, std::vector<int>> explore_stalls(const Scenario &scenario,
     if (found.total() != 0) harmful.push_back(stall_at);
   }
   std::string where;
-  for (int point : harmful) where += (where.empty() ? "; harmful stall points: " : ", ") + std::to_string(point);
-  std::printf("[ stalled  ] %s (%s): thread 0 stalled at each of its %d yield points; %s%s\n",
-              label.c_str(), policy_name<Policy>().c_str(), stall_at - 1, violations.describe().c_str(),
-              where.c_str());
+  for (int point : harmful)
+    where += (where.empty() ? "; harmful stall points: " : ", ") + std::to_string(point);
+  std::printf("[ stalled  ] %s (%s): thread 0 stalled at each of its %d yield points; %s%s\n", label.c_str(),
+              policy_name<Policy>().c_str(), stall_at - 1, violations.describe().c_str(), where.c_str());
   std::fflush(stdout);
   return {violations, harmful};
 }
@@ -447,9 +440,9 @@ void expect_none(const Violations &v) {
 struct SmallFencedMagazinesPolicy : SmallMagazinesPolicy {
   using fence = test::OwnersFenceFully;
 };
-using PoliciesUnderTest = ::testing::Types<DeterministicNoCachePolicy<>,
-                                           DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>,
-                                           DeterministicPolicy<detail::kMaxTagBits, SmallFencedMagazinesPolicy>>;
+using PoliciesUnderTest =
+    ::testing::Types<DeterministicNoCachePolicy<>, DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>,
+                     DeterministicPolicy<detail::kMaxTagBits, SmallFencedMagazinesPolicy>>;
 
 struct PolicyNames {
   template <class Policy>
@@ -479,8 +472,7 @@ TYPED_TEST(Interleavings, TwoThreadsOnTwoDevicesWithPurge) {
 }
 
 TYPED_TEST(Interleavings, TwoThreadsWithATrimThatKeepsSome) {
-  const Scenario scenario{.prewarm = {0, 0, 0},
-                          .threads = {{Get(), Put(), Get()}, {TrimToOne(), Get(), Put()}}};
+  const Scenario scenario{.prewarm = {0, 0, 0}, .threads = {{Get(), Put(), Get()}, {TrimToOne(), Get(), Put()}}};
   expect_none(explore<TypeParam>(scenario, 2, "2 threads x 3 ops with Trim(1), 1 device"));
 }
 
@@ -516,8 +508,7 @@ TYPED_TEST(Interleavings, UniqueLeasesTakenAndReturnedOnTwoThreads) {
 // whichever thread, puts the node back: its reference count decides, concurrently with Gets.
 TYPED_TEST(Interleavings, ASharedLeaseCopiedToAnotherThreadReturnsWithItsLastCopy) {
   const Scenario scenario{.prewarm = {0},
-                          .threads = {{LeaseShared(), PostShared(), DropShared()},
-                                      {Get(), DropPosted(), Get()}}};
+                          .threads = {{LeaseShared(), PostShared(), DropShared()}, {Get(), DropPosted(), Get()}}};
   expect_none(explore<TypeParam>(scenario, 2, "shared lease released on another thread"));
 }
 
@@ -541,8 +532,7 @@ TYPED_TEST(Interleavings, ReserveRacingGets) {
 // spare stack is empty, so each reserved event needs a new node: the two threads claim node 63,
 // the last of chunk 0, and race to install chunk 1 for nodes 64 to 66.
 TYPED_TEST(Interleavings, ArenaGrowsAcrossAChunkBoundaryUnderConcurrentPuts) {
-  const Scenario scenario{.prewarm = std::vector<int>(63, 0),
-                          .threads = {{Reserve(0, 2)}, {Reserve(0, 2)}}};
+  const Scenario scenario{.prewarm = std::vector<int>(63, 0), .threads = {{Reserve(0, 2)}, {Reserve(0, 2)}}};
   expect_none(explore<TypeParam>(scenario, 2, "Puts growing the arena past node 63"));
 }
 
@@ -566,21 +556,20 @@ TYPED_TEST(Interleavings, ASharedLeaseEndingWhileAnotherThreadDestroysThePool) {
       pool.emplace(std::move(tracked));
     }
     bool lease_begun = false;  // one thread runs at a time: the scheduler orders these accesses
-    DeterministicScheduler::run(
-        {[&] {
-           for (int warm = 0; warm < 2; ++warm) {
-             auto lease = pool->LeaseShared(0);
-             auto copy = lease;
-           }
-           auto last = pool->LeaseShared(0);
-           lease_begun = true;
-           last.reset();
-         },
-         [&] {
-           while (!lease_begun) DeterministicScheduler::yield_to_others();
-           pool.reset();
-         }},
-        strategy);
+    DeterministicScheduler::run({[&] {
+                                   for (int warm = 0; warm < 2; ++warm) {
+                                     auto lease = pool->LeaseShared(0);
+                                     auto copy = lease;
+                                   }
+                                   auto last = pool->LeaseShared(0);
+                                   lease_begun = true;
+                                   last.reset();
+                                 },
+                                 [&] {
+                                   while (!lease_begun) DeterministicScheduler::yield_to_others();
+                                   pool.reset();
+                                 }},
+                                strategy);
     ++schedules;
     if (!core.expired()) ++core_alive;
     if (backend.created() != backend.destroyed()) ++not_destroyed;
@@ -680,8 +669,7 @@ template <unsigned TagBits>
 void expect_a_stall_across_the_wrap_to_hand_out_destroyed_events() {
   constexpr int kWrites = 1 << TagBits;
   const auto [violations, harmful] = explore_stalls<DeterministicNoCachePolicy<TagBits>>(
-      stalled_get_scenario(kWrites), "Get stalled across a Purge and " + std::to_string(kWrites) +
-                                         " head writes");
+      stalled_get_scenario(kWrites), "Get stalled across a Purge and " + std::to_string(kWrites) + " head writes");
   EXPECT_GT(violations.destroyed_handed_out + violations.corrupt_depot, 0)
       << TagBits << "-bit tag: no corruption seen after 2^" << TagBits << " writes";
   EXPECT_FALSE(harmful.empty());

@@ -75,7 +75,8 @@ void run_leases(int threads) {
             const auto serial = HostBackend::serial_of(shared.get());
             if (held_by_unique.at(serial).load(std::memory_order_relaxed) != 0) ++held_twice;
             shared_copies.at(serial).fetch_add(2);
-            if (shared.device_id() != device || HostBackend::device_of(shared.get()) != device) ++wrong_device;
+            if (shared.device_id() != device || HostBackend::device_of(shared.get()) != device)
+              ++wrong_device;
             std::lock_guard<std::mutex> lock(board_mutex);
             board.push_back(shared);
             board.push_back(std::move(shared));
@@ -147,11 +148,9 @@ std::vector<LeaseScenario> lease_scenarios() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::ValuesIn(lease_scenarios()),
-                         [](const auto &info) {
-                           return std::to_string(info.param.threads) + "threads" +
-                                  test::policy_suffix(info.param.cached);
-                         });
+INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::ValuesIn(lease_scenarios()), [](const auto &info) {
+  return std::to_string(info.param.threads) + "threads" + test::policy_suffix(info.param.cached);
+});
 
 }  // namespace
 }  // namespace evpool

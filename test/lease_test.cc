@@ -63,10 +63,10 @@ TYPED_TEST(UniqueLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
   std::optional<typename TestFixture::Pool> pool(std::in_place, backend);
   pool->Reserve(0, 2);
   auto lease = pool->Lease(0);
-  pool.reset();                    // the idle event is destroyed at once; the core lives on
+  pool.reset();  // the idle event is destroyed at once; the core lives on
   EXPECT_EQ(backend.destroyed(), 1u);
   EXPECT_TRUE(lease);
-  lease.reset();                   // the pool is gone: the event is destroyed, then the core
+  lease.reset();  // the pool is gone: the event is destroyed, then the core
   EXPECT_EQ(backend.created(), 2u);
   EXPECT_EQ(backend.destroyed(), 2u);
 }

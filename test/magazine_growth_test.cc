@@ -119,7 +119,7 @@ TEST(MagazineGrowth, PurgeStartsTheTradeCountOverToo) {
   HostBackend backend(1);
   Pool pool(backend);
   std::vector<Event> held = get(pool, 5 * kStart);  // first, so that getting them trades nothing
-  get_and_put(pool, 3 * kStart + 1);  // two trades: Puts 2 x start + 1 and 3 x start + 1
+  get_and_put(pool, 3 * kStart + 1);                // two trades: Puts 2 x start + 1 and 3 x start + 1
   pool.Purge();
   // From a count of 0, Puts 2, 3 and 4 x start + 1 trade (three trades, no growth): the depot
   // gains 3 x start. From a count of 2 the second of them grows the fill to 2 x start, and the
@@ -139,7 +139,7 @@ TEST(MagazineGrowth, FlushThreadCacheKeepsTheGrowth) {
 TEST(MagazineGrowth, TakingFilledMagazinesFromTheDepotGrowsTheFillToo) {
   HostBackend backend(1);
   Pool pool(backend);
-  pool.Reserve(0, 16 * kCapacity);  // magazines of start events
+  pool.Reserve(0, 16 * kCapacity);                      // magazines of start events
   std::vector<Event> held = get(pool, 16 * kCapacity);  // 128 trades
   ASSERT_EQ(backend.created(), 16 * kCapacity);
   std::vector<Event> some(std::make_move_iterator(held.end() - 3 * kStart), std::make_move_iterator(held.end()));

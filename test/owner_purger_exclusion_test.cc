@@ -70,7 +70,7 @@ struct HandshakeName {
   template <class Config>
   static std::string GetName(int) {
     return std::string(std::is_same_v<typename Config::Fence, test::OwnersFenceFully> ? "OwnersFenceFully"
-                                                                                       : "DefaultFence") +
+                                                                                      : "DefaultFence") +
            (Config::closing ? "Closing" : "Draining");
   }
 };

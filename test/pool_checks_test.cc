@@ -128,7 +128,7 @@ TEST(CheckedPool, ALeaseEndingOnAnIdleCopyDoesNotDestroyIt) {
   {
     auto lease = pool.Lease(0);
     pool.Put(backend.adopt(lease.get(), 0));  // misuse: the leased event put back by hand
-  }  // the lease ends on an event already idle
+  }                                           // the lease ends on an event already idle
   EXPECT_EQ(backend.destroyed(), 0u);
   Event first = pool.Get(0), second = pool.Get(0);
   EXPECT_NE(first.get(), second.get()) << "the event is in the pool once";

@@ -43,7 +43,7 @@ TYPED_TEST(PoolOptions, ReserveCreatesEventsSoThatTheFirstGetsHit) {
 TYPED_TEST(PoolOptions, ReservedEventsHitOnEveryThreadNotOnlyTheReservers) {
   HostBackend backend(2);
   typename TestFixture::Pool pool(backend);
-  pool.Put(pool.Get(0));  // the reserving thread has a cache of its own
+  pool.Put(pool.Get(0));         // the reserving thread has a cache of its own
   constexpr int kReserved = 40;  // more than one magazine
   pool.Reserve(0, kReserved);
   const std::uint64_t created = backend.created();

@@ -43,7 +43,7 @@ TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
   pool.Reserve(1, 5);
   std::vector<Event> got;
   for (int i = 0; i < 8; ++i) got.push_back(pool.Get(1));  // 5 hits, then 3 misses
-  for (int i = 0; i < 6; ++i) {  // under the recorded device, named or not
+  for (int i = 0; i < 6; ++i) {                            // under the recorded device, named or not
     pool.Put(std::move(got.back()), i % 2 == 0 ? 1 : -1);
     got.pop_back();
   }

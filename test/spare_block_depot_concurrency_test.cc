@@ -97,7 +97,9 @@ TEST_P(SpareBlockDepotConcurrency, NoBlockIsHeldTwiceOrLostInFourStripes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, SpareBlockDepotConcurrency, testing::Values(2, 4, 8),
-                         [](const testing::TestParamInfo<int> &info) { return std::to_string(info.param) + "Threads"; });
+                         [](const testing::TestParamInfo<int> &info) {
+                           return std::to_string(info.param) + "Threads";
+                         });
 
 }  // namespace
 }  // namespace evpool

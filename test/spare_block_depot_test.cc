@@ -119,7 +119,7 @@ TEST(SpareBlockDepotStripes, AGiveGoesToTheGiversHomeStripe) {
   RecordedDepot depot;
   CountedSpareBlocks spare;
   test::keep_new_blocks(spare, 2);
-  ASSERT_TRUE(depot.give(spare));  // this thread's home: stripe 0
+  ASSERT_TRUE(depot.give(spare));                                // this thread's home: stripe 0
   for (int i = 0; i < 3; ++i) give_from_a_new_thread(depot, 1);  // homes 1, 2, 3
   for (std::uint32_t stripe = 0; stripe < 8; ++stripe)
     EXPECT_EQ(test::stack_calls(bundles_of(stripe)).pushes.load(), stripe < 4 ? 1 : 0) << "stripe " << stripe;
@@ -134,14 +134,15 @@ TEST(SpareBlockDepotStripes, ATakeWrapsAroundPastTheLastStripe) {
   RecordedDepot depot;
   CountedSpareBlocks spare;
   const std::vector<CountedBlock *> given = test::keep_new_blocks(spare, 3);
-  ASSERT_TRUE(depot.give(spare));  // stripe 0
+  ASSERT_TRUE(depot.give(spare));                                                        // stripe 0
   for (int i = 0; i < 4; ++i) std::thread([] { detail::depot_stripe_hints(); }).join();  // homes 1 to 4
   std::vector<CountedBlock *> taken;
   std::thread([&] {  // home 5
     CountedSpareBlocks taker;
     EXPECT_TRUE(depot.take(taker)) << "the bundle in stripe 0 was not found from stripe 5";
     taken = test::take_every_block(taker);
-  }).join();
+  })
+      .join();
   EXPECT_EQ(taken, given);
   for (std::uint32_t stripe : {5u, 6u, 7u, 0u})
     EXPECT_EQ(test::stack_calls(bundles_of(stripe)).pops.load(), 1) << "stripe " << stripe << " looked at once";
@@ -156,8 +157,8 @@ TEST(SpareBlockDepotStripes, ATakeLooksFirstWhereItLastFoundABundle) {
   test::restart_stack_numbering();
   RecordedDepot depot;
   CountedSpareBlocks spare;
-  ASSERT_FALSE(depot.take(spare));  // this thread's home: stripe 0
-  const std::vector<CountedBlock *> first = give_from_a_new_thread(depot, 1);   // stripe 1
+  ASSERT_FALSE(depot.take(spare));                                             // this thread's home: stripe 0
+  const std::vector<CountedBlock *> first = give_from_a_new_thread(depot, 1);  // stripe 1
   const std::vector<CountedBlock *> second = give_from_a_new_thread(depot, 2);  // stripe 2
   ASSERT_TRUE(depot.take(spare));
   EXPECT_EQ(test::take_every_block(spare), first);

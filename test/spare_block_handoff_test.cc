@@ -121,7 +121,8 @@ void run(bool destroy_pool_while_ending) {
     };
     auto ender_chain = [&](int t) {
       std::mt19937 random(static_cast<unsigned>(t * 29 + 1));
-      while (beginners_left.load() > 0 || queue.size() > 0) std::thread(ender, 20 + static_cast<int>(random() % 200)).join();
+      while (beginners_left.load() > 0 || queue.size() > 0)
+        std::thread(ender, 20 + static_cast<int>(random() % 200)).join();
     };
     auto trimmer = [&] {
       for (int i = 0; !stop_trimming.load(); ++i) {

@@ -105,8 +105,7 @@ TYPED_TEST(ThreadCacheConcurrency, ThreadsExitingWithCachedEventsLeaveThemToTheD
     }
     EXPECT_EQ(again, seen[device]) << "device " << device;
   }
-  EXPECT_EQ(backend.created(), created)
-      << "events cached by exited threads did not reach the depots";
+  EXPECT_EQ(backend.created(), created) << "events cached by exited threads did not reach the depots";
   for (Event &event : got) pool.Put(std::move(event));
   pool.Purge();
   EXPECT_EQ(backend.destroyed(), created);
@@ -135,8 +134,7 @@ TYPED_TEST(ThreadCacheConcurrency, APoolDestroyedWhileThreadsHoldCachesForItNeit
     threads.emplace_back([&, t] {
       std::mt19937 random(static_cast<unsigned>(t + 11));
       std::set<Token> mine;
-      for (int round = 0; round < 3; ++round)
-        get_and_put_back(*pool, round % 2, kEvents, random, &mine);
+      for (int round = 0; round < 3; ++round) get_and_put_back(*pool, round % 2, kEvents, random, &mine);
       {
         std::lock_guard lock(dead_mutex);
         dead.merge(mine);
@@ -358,8 +356,7 @@ TYPED_TEST(ThreadCacheConcurrency, LeasesChangingThreadsAndOutlivingThePoolAndTh
         case 1: end_one(false); break;
         case 2: mine.push_back(pool->Lease(device)); break;
         case 3:
-          if (!mine.empty())
-            mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(random() % mine.size()));
+          if (!mine.empty()) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(random() % mine.size()));
           break;
         case 4: post_shared(pool->LeaseShared(device)); break;
         default: pool->Put(pool->Get(device)); break;
@@ -453,8 +450,7 @@ TYPED_TEST(ThreadCacheConcurrency, TheIdleBoundHoldsWhileThreadsLiveAndIsTheLimi
   EXPECT_LE(idle, kLimit + kThreads * kPerThreadCacheBound<TypeParam>)
       << "more idle events than limit + threads x 2 x cache_capacity";
   pool.Purge();
-  EXPECT_EQ(backend.created(), backend.destroyed())
-      << "Purge missed events in live threads' caches";
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "Purge missed events in live threads' caches";
   sync.arrive_and_wait();
   for (std::thread &thread : threads) thread.join();
   EXPECT_LE(backend.created() - backend.destroyed(), kLimit)

@@ -186,7 +186,7 @@ TYPED_TEST(ThreadCache, AGetDuringPurgeLeavesNoEventThatWasIdleWhenItBeganAlive)
     pool.Put(pool.Get(0));
     pool.FlushThreadCache();
   });
-  pool.Reserve(0, 96);  // filled magazines, idle in the depot
+  pool.Reserve(0, 96);    // filled magazines, idle in the depot
   pool.Put(pool.Get(0));  // this thread's cache holds events: the Purge destroys them
   ASSERT_EQ(backend.destroyed(), 0u);
   Event held;
@@ -200,8 +200,7 @@ TYPED_TEST(ThreadCache, AGetDuringPurgeLeavesNoEventThatWasIdleWhenItBeganAlive)
   EXPECT_EQ(destroyed_before_get, 0u);
   ASSERT_TRUE(held);
   EXPECT_EQ(backend.created(), backend.destroyed() + 1)
-      << "events idle when the Purge began survived it: "
-      << backend.created() - backend.destroyed() - 1;
+      << "events idle when the Purge began survived it: " << backend.created() - backend.destroyed() - 1;
   held = Event();
   EXPECT_EQ(backend.created(), backend.destroyed());
 }

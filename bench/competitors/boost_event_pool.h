@@ -21,10 +21,8 @@ class BoostLockfreeEventPool {
  public:
   using event_type = typename Backend::event_type;
 
-  explicit BoostLockfreeEventPool(Backend backend = Backend(),
-                                  unsigned event_flags = Backend::kDefaultFlags)
-      : backend_(std::move(backend)), event_flags_(event_flags),
-        device_count_(backend_.device_count()),
+  explicit BoostLockfreeEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
+      : backend_(std::move(backend)), event_flags_(event_flags), device_count_(backend_.device_count()),
         devices_(std::make_unique<std::unique_ptr<Stack>[]>(static_cast<std::size_t>(device_count_))) {
     for (int device = 0; device < device_count_; ++device)
       devices_[device] = std::make_unique<Stack>(kInitialNodes);

@@ -24,8 +24,7 @@ class SpinlockEventPool {
  public:
   using event_type = typename Backend::event_type;
 
-  explicit SpinlockEventPool(Backend backend = Backend(),
-                             unsigned event_flags = Backend::kDefaultFlags)
+  explicit SpinlockEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
       : backend_(std::move(backend)), event_flags_(event_flags) {
     device_lists_.resize(static_cast<std::size_t>(backend_.device_count()));
   }

@@ -28,8 +28,7 @@ class EVPOOL_API CUDAEvent {
       : handle_(handle), device_id_(handle ? device_id : -1) {}
 
   CUDAEvent(CUDAEvent &&other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)),
-        device_id_(std::exchange(other.device_id_, -1)) {}
+      : handle_(std::exchange(other.handle_, nullptr)), device_id_(std::exchange(other.device_id_, -1)) {}
 
   /// Destroys the event held so far (errors ignored, as in the destructor), then takes `other`'s.
   CUDAEvent &operator=(CUDAEvent &&other) noexcept {

@@ -68,9 +68,7 @@ class CUDASharedEvent {
 
   /// A new event of `device_id` (-1: the current device) with flags cudaEventDisableTiming,
   /// belonging to no pool: the last copy destroys it. Throws what CUDAEvent::Create throws.
-  static CUDASharedEvent Create(int device_id = -1) {
-    return CUDASharedEvent(CUDAEvent::Create(device_id));
-  }
+  static CUDASharedEvent Create(int device_id = -1) { return CUDASharedEvent(CUDAEvent::Create(device_id)); }
 
   /// Drops this copy's share; the last copy returns or destroys the event. Never throws.
   void reset() noexcept {

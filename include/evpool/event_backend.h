@@ -31,21 +31,21 @@ namespace evpool {
 /// - `device_count()` and `current_device()` (of the calling thread).
 /// Backends are copyable; copies refer to the same underlying event source.
 template <class B>
-concept EventBackend =
-    std::copy_constructible<B> && std::is_trivially_copyable_v<typename B::handle_type> &&
+concept EventBackend = std::copy_constructible<B> && std::is_trivially_copyable_v<typename B::handle_type> &&
     std::movable<typename B::event_type> &&
     requires(B &backend, const B &const_backend, typename B::handle_type handle,
              typename B::event_type &event, unsigned flags, int device) {
-      { B::kDefaultFlags } -> std::convertible_to<unsigned>;
-      const_backend.validate_flags(flags);
-      { backend.create(flags, device) } -> std::same_as<typename B::handle_type>;
-      { backend.destroy(handle) } noexcept;
-      { backend.adopt(handle, device) } -> std::same_as<typename B::event_type>;
-      { const_backend.device_count() } -> std::same_as<int>;
-      { const_backend.current_device() } -> std::same_as<int>;
-      { event.release() } -> std::same_as<typename B::handle_type>;
-      { std::as_const(event).device_id() } -> std::same_as<int>;
-      static_cast<bool>(std::as_const(event));
-    };
+  { B::kDefaultFlags } -> std::convertible_to<unsigned>;
+  const_backend.validate_flags(flags);
+  { backend.create(flags, device) } -> std::same_as<typename B::handle_type>;
+  { backend.destroy(handle) }
+  noexcept;
+  { backend.adopt(handle, device) } -> std::same_as<typename B::event_type>;
+  { const_backend.device_count() } -> std::same_as<int>;
+  { const_backend.current_device() } -> std::same_as<int>;
+  { event.release() } -> std::same_as<typename B::handle_type>;
+  { std::as_const(event).device_id() } -> std::same_as<int>;
+  static_cast<bool>(std::as_const(event));
+};
 
 }  // namespace evpool

@@ -63,7 +63,9 @@ class SharedEventLease {
 
   using Block = typename Core::SharedLeaseBlock;
 
-  static SharedEventLease begin(Core &core, int device_id) { return SharedEventLease(core.begin_shared_lease(device_id)); }
+  static SharedEventLease begin(Core &core, int device_id) {
+    return SharedEventLease(core.begin_shared_lease(device_id));
+  }
 
   explicit SharedEventLease(Block *block) noexcept : block_(block) {}
 

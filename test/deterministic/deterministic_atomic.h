@@ -31,14 +31,12 @@ class DeterministicAtomic {
     DeterministicScheduler::yield_point();
     return value_.exchange(value, order);
   }
-  bool compare_exchange_weak(T &expected, T desired, std::memory_order success,
-                             std::memory_order failure) noexcept {
+  bool compare_exchange_weak(T &expected, T desired, std::memory_order success, std::memory_order failure) noexcept {
     DeterministicScheduler::yield_point();
     // Strong underneath: a spurious failure would make schedules irreproducible.
     return value_.compare_exchange_strong(expected, desired, success, failure);
   }
-  bool compare_exchange_strong(T &expected, T desired, std::memory_order success,
-                               std::memory_order failure) noexcept {
+  bool compare_exchange_strong(T &expected, T desired, std::memory_order success, std::memory_order failure) noexcept {
     DeterministicScheduler::yield_point();
     return value_.compare_exchange_strong(expected, desired, success, failure);
   }

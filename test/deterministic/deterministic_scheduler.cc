@@ -44,8 +44,10 @@ void count_step(long &steps) {
   // Only one thread runs, so a run that never ends is a thread spinning forever: a retry loop
   // that can never succeed or a walk along a list that has become a cycle. Say so and stop,
   // rather than hang until the test's timeout.
-  std::fprintf(stderr, "deterministic scheduler: %ld yield points without an end: a livelock, or a "
-                       "cycle in a list\n", DeterministicScheduler::kMaxStepsPerRun);
+  std::fprintf(stderr,
+               "deterministic scheduler: %ld yield points without an end: a livelock, or a "
+               "cycle in a list\n",
+               DeterministicScheduler::kMaxStepsPerRun);
   std::abort();
 }
 

@@ -50,8 +50,12 @@ class LedgerBackend {
     /// Events of `device` created and not yet destroyed: idle in the pool, or held.
     std::int64_t live_on(int device) const { return live_on_.at(static_cast<std::size_t>(device)); }
     /// Events destroyed more than once, never destroyed, and destroys of tokens never created.
-    std::uint64_t destroyed_twice() const { return count_if_destroyed([](int n) { return n > 1; }); }
-    std::uint64_t never_destroyed() const { return count_if_destroyed([](int n) { return n == 0; }); }
+    std::uint64_t destroyed_twice() const {
+      return count_if_destroyed([](int n) { return n > 1; });
+    }
+    std::uint64_t never_destroyed() const {
+      return count_if_destroyed([](int n) { return n == 0; });
+    }
     std::uint64_t unknown_destroyed() const noexcept { return unknown_destroyed_; }
 
    private:
@@ -62,8 +66,8 @@ class LedgerBackend {
       return count;
     }
 
-    std::vector<int> device_of_;        // [token - 1]
-    std::vector<int> times_destroyed_;  // [token - 1]
+    std::vector<int> device_of_;         // [token - 1]
+    std::vector<int> times_destroyed_;   // [token - 1]
     std::vector<std::int64_t> live_on_;  // [device]
     std::uint64_t unknown_destroyed_ = 0;
   };

@@ -59,7 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
           const int device = requested == -1 ? backend.current_device() : requested;
           if (device < 0 || device >= kDevices) {
             bool threw = false;
-            try { pool.Get(requested); } catch (const std::out_of_range &) { threw = true; }
+            try {
+              pool.Get(requested);
+            } catch (const std::out_of_range &) {
+              threw = true;
+            }
             require(threw);
             break;
           }
@@ -119,7 +123,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
           const std::uint64_t failing = backend.create_attempts() + 1;
           backend.inject_create_fault([failing](std::uint64_t attempt, int) { return attempt == failing; });
           bool threw = false;
-          try { pool.Get(device); } catch (const evpool::HostBackendFault &) { threw = true; }
+          try {
+            pool.Get(device);
+          } catch (const evpool::HostBackendFault &) {
+            threw = true;
+          }
           backend.inject_create_fault({});
           require(threw);
           break;

@@ -104,8 +104,8 @@ bool fork_child(const char *const *paths, int count) {
       if (got == parents[i] || created != 1) {
         std::printf("in the child, %s's pool gave token %llu (its parent's: %llu) and created %llu events, "
                     "not 1; ",
-                    paths[i], static_cast<unsigned long long>(got), static_cast<unsigned long long>(parents[i]),
-                    static_cast<unsigned long long>(created));
+                    paths[i], static_cast<unsigned long long>(got),
+                    static_cast<unsigned long long>(parents[i]), static_cast<unsigned long long>(created));
         ok = false;
       }
     }

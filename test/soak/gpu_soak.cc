@@ -234,8 +234,8 @@ int main(int argc, char **argv) {
   // The pool's own figures must agree with the counting backend: every creation and destruction
   // counted once, nothing idle after the Purge, nothing outstanding once every thread gave back.
   const DeviceStats figures = pool.stats().total();
-  const bool stats_agree = figures.created == created && figures.destroyed == destroyed && figures.idle == 0 &&
-                           figures.outstanding == 0 && figures.puts == figures.gets &&
+  const bool stats_agree = figures.created == created && figures.destroyed == destroyed &&
+                           figures.idle == 0 && figures.outstanding == 0 && figures.puts == figures.gets &&
                            figures.gets_missed <= figures.created;
   std::uint64_t total = 0;
   std::printf("gpu soak: %.1f s, %d threads, %d device(s)\n", elapsed, threads, devices);
@@ -244,13 +244,15 @@ int main(int argc, char **argv) {
                 static_cast<unsigned long long>(operations[static_cast<std::size_t>(role)].load()));
     total += operations[static_cast<std::size_t>(role)].load();
   }
-  std::printf("  total    %12llu operations (%.2f M/s)\n", static_cast<unsigned long long>(total), total / elapsed / 1e6);
+  std::printf("  total    %12llu operations (%.2f M/s)\n", static_cast<unsigned long long>(total),
+              total / elapsed / 1e6);
   std::printf("  events created %llu, destroyed by the pool %llu, peak idle nodes %zu\n",
-              static_cast<unsigned long long>(created), static_cast<unsigned long long>(destroyed), pool.node_count());
+              static_cast<unsigned long long>(created), static_cast<unsigned long long>(destroyed),
+              pool.node_count());
   std::printf("  stats(): created %llu, destroyed %llu, gets %llu (hit rate %.4f), puts %llu, idle %llu, "
               "outstanding %lld: %s\n",
-              static_cast<unsigned long long>(figures.created), static_cast<unsigned long long>(figures.destroyed),
-              static_cast<unsigned long long>(figures.gets),
+              static_cast<unsigned long long>(figures.created),
+              static_cast<unsigned long long>(figures.destroyed), static_cast<unsigned long long>(figures.gets),
               figures.gets == 0 ? 0.0 : static_cast<double>(figures.gets_hit) / static_cast<double>(figures.gets),
               static_cast<unsigned long long>(figures.puts), static_cast<unsigned long long>(figures.idle),
               static_cast<long long>(figures.outstanding), stats_agree ? "agree with the backend" : "DISAGREE");

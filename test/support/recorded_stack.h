@@ -15,8 +15,8 @@
 namespace evpool::test {
 
 struct StackCalls {
-  std::atomic<int> pushes{0};     ///< push and push_chain
-  std::atomic<int> pops{0};       ///< pop, whether it found a node or not
+  std::atomic<int> pushes{0};  ///< push and push_chain
+  std::atomic<int> pops{0};    ///< pop, whether it found a node or not
   std::atomic<int> pops_found{0};
 };
 
@@ -39,7 +39,8 @@ inline const StackCalls &stack_calls(std::size_t number) noexcept { return recor
 
 class RecordedStack {
  public:
-  RecordedStack() : calls_(recorded_stack_calls.at(next_recorded_stack.fetch_add(1, std::memory_order_relaxed))) {}
+  RecordedStack()
+      : calls_(recorded_stack_calls.at(next_recorded_stack.fetch_add(1, std::memory_order_relaxed))) {}
 
   template <class Nodes>
   void push(std::uint32_t index, Nodes &nodes) noexcept {

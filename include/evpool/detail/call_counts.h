@@ -67,7 +67,9 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
     while (live > peak && !live_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
     }
   }
-  void count_destroyed(std::uint64_t count) noexcept { destroyed.fetch_add(count, std::memory_order_relaxed); }
+  void count_destroyed(std::uint64_t count) noexcept {
+    destroyed.fetch_add(count, std::memory_order_relaxed);
+  }
   void count_put(bool adopted) noexcept {
     if (adopted) puts_adopted.fetch_add(1, std::memory_order_relaxed);
   }

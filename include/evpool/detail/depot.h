@@ -140,12 +140,15 @@ class Depot {
   }
   /// An empty magazine if one is spare, else kNilIndex. Never allocates.
   std::uint32_t take_spare_empty(Arena &arena) noexcept {
-    return pop_from_first_stripe_found<kStripes>(&DepotStripeHints::empty_from, [&](std::uint32_t stripe) {
-      return stripes_[stripe].empty.value.pop(arena);
-    }).index;
+    return pop_from_first_stripe_found<kStripes>(
+               &DepotStripeHints::empty_from,
+               [&](std::uint32_t stripe) { return stripes_[stripe].empty.value.pop(arena); })
+        .index;
   }
 
-  void give_empty(std::uint32_t index, Arena &arena) noexcept { stripes_[home()].empty.value.push(index, arena); }
+  void give_empty(std::uint32_t index, Arena &arena) noexcept {
+    stripes_[home()].empty.value.push(index, arena);
+  }
 
   /// Gives a chain of empty magazines (first -> ... -> last, linked through `next`) in one step.
   void give_empty_chain(std::uint32_t first, std::uint32_t last, Arena &arena) noexcept {
@@ -204,7 +207,9 @@ class Depot {
   }
 
   /// Releases `count` places of events that left the depot's accounting for good.
-  void release_places(std::uint64_t count, std::size_t limit) noexcept { release_places(count, limit, home()); }
+  void release_places(std::uint64_t count, std::size_t limit) noexcept {
+    release_places(count, limit, home());
+  }
 
   /// The events the depot holds (for stats(); exact once no call is in progress). Needs a finite
   /// limit or Policy::count_calls.

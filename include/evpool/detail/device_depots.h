@@ -70,7 +70,8 @@ class DeviceDepots {
       throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
                                   "use kUnlimitedIdle for no limit");
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
-    if constexpr (kCountCalls) counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
+    if constexpr (kCountCalls)
+      counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
       checker_ = std::make_unique<EventChecker<handle_type>>();
   }
@@ -130,7 +131,8 @@ class DeviceDepots {
                                   std::to_string(max_idle_) + " per device; nothing was created");
     Depot &depot = depots_[device];
     while (count > 0) {
-      const auto places = static_cast<std::uint32_t>(depot.reserve_up_to(std::min<std::size_t>(count, fill), max_idle_));
+      const auto places =
+          static_cast<std::uint32_t>(depot.reserve_up_to(std::min<std::size_t>(count, fill), max_idle_));
       if (places == 0) return;  // the depot is full: what is left would be destroyed at once
       std::uint32_t index;
       try {
@@ -160,12 +162,16 @@ class DeviceDepots {
   }
 
   /// One event of the device's depot into `out`; false if it has none.
-  bool take_one(int device, handle_type &out) noexcept { return depots_[device].take_one(out, arena_, max_idle_); }
+  bool take_one(int device, handle_type &out) noexcept {
+    return depots_[device].take_one(out, arena_, max_idle_);
+  }
 
   /// One event into the device's depot; false if it is over the idle limit (the caller still
   /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
   /// nothing changed.
-  bool give_one(int device, handle_type handle) { return depots_[device].give_one(handle, arena_, max_idle_); }
+  bool give_one(int device, handle_type handle) {
+    return depots_[device].give_one(handle, arena_, max_idle_);
+  }
 
   // ---- Magazines in and out (the verbs of the rationale) ---------------------------------------
 
@@ -180,7 +186,9 @@ class DeviceDepots {
   std::uint32_t take_empty(int device) { return depots_[device].take_empty(arena_); }
 
   /// Gives back an empty magazine got from take_empty or take_filled, never filled.
-  void give_back_empty(int device, std::uint32_t index) noexcept { depots_[device].give_empty(index, arena_); }
+  void give_back_empty(int device, std::uint32_t index) noexcept {
+    depots_[device].give_empty(index, arena_);
+  }
 
   /// The slot's events join the depot, as many as fit under the idle limit; the others are
   /// destroyed. False if none fit (or it held none): the caller keeps the magazine, and the slot
@@ -279,7 +287,8 @@ class DeviceDepots {
       index = next;
     }
     if (kept_chain.first != kNilIndex) depot.restore_filled(kept_chain.first, kept_chain.last, arena_);
-    if (emptied_chain.first != kNilIndex) depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
+    if (emptied_chain.first != kNilIndex)
+      depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
   }
 
   // A chain of magazines being built, linked through `next`, in the order appended.

@@ -9,10 +9,9 @@ namespace evpool::detail {
 
 /// Throws std::out_of_range naming `operation`, the ordinal and the valid range.
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_device_out_of_range(int device, int device_count,
-                                                                            const char *operation) {
-  throw std::out_of_range("evpool: " + std::string(operation) + ": device ordinal " +
-                          std::to_string(device) + " is out of range [0, " +
-                          std::to_string(device_count) + ")");
+                                                                             const char *operation) {
+  throw std::out_of_range("evpool: " + std::string(operation) + ": device ordinal " + std::to_string(device) +
+                          " is out of range [0, " + std::to_string(device_count) + ")");
 }
 
 /// Throws as above unless 0 <= device < device_count. On every Get and Put: the comparison is

@@ -93,7 +93,8 @@ class EventChecker {
     std::lock_guard lock(lock_);
     for (int device = 0; device < devices; ++device) {
       std::size_t outstanding = 0;
-      for (const auto &entry : records_) outstanding += !entry.second.idle && entry.second.device == device ? 1 : 0;
+      for (const auto &entry : records_)
+        outstanding += !entry.second.idle && entry.second.device == device ? 1 : 0;
       if (outstanding == 0) continue;
       text << "  device " << device << ": " << outstanding << " outstanding\n";
       for (const auto &[handle, record] : records_) {

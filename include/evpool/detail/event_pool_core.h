@@ -142,7 +142,7 @@ class EventPoolCore {
       auto lock = caches.lock();
       caches.close([&](Cache &cache) {
         for_each_magazine(cache, [this](Slot &slot, int device) { depots_.destroy_events(slot, device); });
-        fold_counts(cache);  // for the report of what is still outstanding
+        fold_counts(cache);                                // for the report of what is still outstanding
         caches.retired_leases() += cache.purger_leases();  // before it leaves: cache_registry.h
       });
       leased = caches.retired_leases();
@@ -546,7 +546,8 @@ class EventPoolCore {
     return fill_block(block, handle, device);
   }
 
-  [[gnu::always_inline]] SharedLeaseBlock *fill_block(SharedLeaseBlock *block, handle_type handle, int device) noexcept {
+  [[gnu::always_inline]] SharedLeaseBlock *fill_block(SharedLeaseBlock *block, handle_type handle,
+                                                      int device) noexcept {
     block->handle = handle;
     block->device = device;
     block->core = this;
@@ -576,7 +577,7 @@ class EventPoolCore {
         (void)event.release();
       } catch (...) {
         depots_.destroy(device, event.release());  // no memory for a magazine
-      }  // (a checked pool has no caches)
+      }                                            // (a checked pool has no caches)
       cache->owner_count_leases(-1);
       cache->owner_exit();
       return;
@@ -591,7 +592,7 @@ class EventPoolCore {
       }
     }
     if (event) depots_.destroy(device, event.release());  // what the pool did not take
-    settle_leases(-1);                                     // may delete this: the last action
+    settle_leases(-1);                                    // may delete this: the last action
   }
 
   // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
@@ -680,7 +681,8 @@ class EventPoolCore {
     if (this_thread_caches.torn_down || closed_.load(std::memory_order_acquire)) return nullptr;
     if (depots_.checker()) return nullptr;  // a checked pool has no caches: every call goes to the checks
     // The id names a pool of this very type, so the cast is exact.
-    if (ThreadCacheLink *found = find_thread_cache(id_)) return hinted_after_fork_check(static_cast<Cache *>(found));
+    if (ThreadCacheLink *found = find_thread_cache(id_))
+      return hinted_after_fork_check(static_cast<Cache *>(found));
     Cache *cache = nullptr;
     try {
       cache = Cache::create(*this, depots_.device_count());
@@ -733,8 +735,8 @@ class EventPoolCore {
   }
 
   // A Put into the loaded magazine, which has room, counted.
-  [[gnu::always_inline]] static void file_in_loaded(typename Cache::DeviceMagazines &magazines, handle_type handle,
-                                                    bool adopted) noexcept {
+  [[gnu::always_inline]] static void file_in_loaded(typename Cache::DeviceMagazines &magazines,
+                                                    handle_type handle, bool adopted) noexcept {
     magazines.loaded.put(handle);
     magazines.counts.count_put(adopted);
   }
@@ -790,7 +792,8 @@ class EventPoolCore {
       });
       // What the thread's flow taught the cache is forgotten with its events: a thread that
       // still trades often grows its magazines again within a few trades.
-      for (int device = 0; device < cache.device_count(); ++device) cache.purger_magazines(device).restart_growth();
+      for (int device = 0; device < cache.device_count(); ++device)
+        cache.purger_magazines(device).restart_growth();
     });
   }
 
@@ -853,9 +856,8 @@ class EventPoolCore {
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void throw_contradicting_device(int recorded, int device_id) {
-    throw std::invalid_argument("evpool: Put of an event of device " + std::to_string(recorded) +
-                                " under device " + std::to_string(device_id) +
-                                "; the caller still owns the event");
+    throw std::invalid_argument("evpool: Put of an event of device " + std::to_string(recorded) + " under device " +
+                                std::to_string(device_id) + "; the caller still owns the event");
   }
 
   const std::uint64_t id_ = next_pool_id();

@@ -72,8 +72,8 @@ class ForkGuard {
       if (owner_of(state) == now) return;
       if (cleaner_of(state) != now) {
         // Acquire on success: forget() reads the stacks that other threads of this child changed.
-        if (state_.compare_exchange_strong(state, pack(owner_of(state), now),
-                                           std::memory_order_acquire, std::memory_order_acquire)) {
+        if (state_.compare_exchange_strong(state, pack(owner_of(state), now), std::memory_order_acquire,
+                                           std::memory_order_acquire)) {
           forget();
           // Release: waiters that see the new generation see the forgotten stacks.
           state_.store(pack(now, kNoCleaner), std::memory_order_release);

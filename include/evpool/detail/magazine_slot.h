@@ -48,7 +48,9 @@ struct MagazineSlot {
     tally += kOneGet - 1;
     return magazine->handles[tally & kCountMask];
   }
-  [[gnu::always_inline]] void put(Handle handle) noexcept { magazine->handles[tally++ & kCountMask] = handle; }
+  [[gnu::always_inline]] void put(Handle handle) noexcept {
+    magazine->handles[tally++ & kCountMask] = handle;
+  }
   void set_count(std::uint32_t count) noexcept { tally = (tally & ~kCountMask) | count; }
 
   /// The magazine at `index` enters the cache (with no Gets: see handing_gets_to).

@@ -53,8 +53,7 @@ class NodeArena {
 
   // The last chunk ends at kFirstChunkSize * (2^kMaxChunks - 1) = 2^24 - 64: every index the
   // arena hands out is below kNilIndex, so the sentinel never names a node.
-  static_assert(std::uint64_t{kFirstChunkSize} * ((std::uint64_t{1} << kMaxChunks) - 1) <=
-                kNilIndex);
+  static_assert(std::uint64_t{kFirstChunkSize} * ((std::uint64_t{1} << kMaxChunks) - 1) <= kNilIndex);
   static_assert(kMaxChunks == 18);
 
   /// How many nodes the arena can hand out.
@@ -84,8 +83,7 @@ class NodeArena {
                                 " nodes (2^24 - 64) are in use");
       // The chunk exists before the index is claimed, so a failed allocation claims nothing.
       ensure_chunk(chunk_of(index));
-      if (next_unused_.compare_exchange_weak(index, index + 1, std::memory_order_relaxed,
-                                             std::memory_order_relaxed))
+      if (next_unused_.compare_exchange_weak(index, index + 1, std::memory_order_relaxed, std::memory_order_relaxed))
         return index;
     }
   }
@@ -101,9 +99,7 @@ class NodeArena {
   }
 
   /// Number of indices handed out so far (nodes ever allocated). Thread-safe, wait-free.
-  std::uint32_t allocated() const noexcept {
-    return next_unused_.load(std::memory_order_relaxed);
-  }
+  std::uint32_t allocated() const noexcept { return next_unused_.load(std::memory_order_relaxed); }
 
  private:
   static constexpr std::uint32_t chunk_of(std::uint32_t index) noexcept {
@@ -112,9 +108,7 @@ class NodeArena {
   static constexpr std::uint32_t chunk_start(std::uint32_t k) noexcept {
     return kFirstChunkSize * ((1u << k) - 1u);
   }
-  static constexpr std::uint32_t chunk_size(std::uint32_t k) noexcept {
-    return kFirstChunkSize << k;
-  }
+  static constexpr std::uint32_t chunk_size(std::uint32_t k) noexcept { return kFirstChunkSize << k; }
   static_assert(chunk_of(0) == 0 && chunk_of(kFirstChunkSize - 1) == 0);
   static_assert(chunk_of(kFirstChunkSize) == 1 && chunk_start(1) == kFirstChunkSize);
   static_assert(chunk_of(kCapacity - 1) == kMaxChunks - 1);

@@ -107,7 +107,8 @@ class SpareBlockDepot {
   bool take(Spare &spare) noexcept {
     // The pop sees the giver's writes (acquire).
     const FoundInStripe found = pop_from_first_stripe_found<Stripes>(
-        &DepotStripeHints::bundles_from, [this](std::uint32_t at) { return stripes_[at].bundles.value.pop(arena_); });
+        &DepotStripeHints::bundles_from,
+        [this](std::uint32_t at) { return stripes_[at].bundles.value.pop(arena_); });
     if (found.index == kNilIndex) return false;
     Bundle &bundle = arena_[found.index];
     spare.take_all(bundle.blocks, bundle.count);

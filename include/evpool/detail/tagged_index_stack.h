@@ -56,13 +56,10 @@ namespace evpool::detail {
 /// node i's `Atomic<uint32_t>` link, holding an index below 2^kIndexBits or kNilIndex. All member functions are thread-safe and lock-free; none
 /// allocates or throws. `Backoff` is called after each failed compare-exchange of one operation
 /// (see backoff.h).
-template <template <class> class Atomic, unsigned TagBits = kMaxTagBits,
-          class Backoff = ExponentialBackoff>
+template <template <class> class Atomic, unsigned TagBits = kMaxTagBits, class Backoff = ExponentialBackoff>
 class TaggedIndexStack {
-  static_assert(TagBits >= 1 && TagBits <= kMaxTagBits,
-                "the tag shares a 64-bit word with a kIndexBits-bit index");
-  static_assert(Atomic<std::uint64_t>::is_always_lock_free,
-                "the head must be one lock-free 64-bit word");
+  static_assert(TagBits >= 1 && TagBits <= kMaxTagBits, "the tag shares a 64-bit word with a kIndexBits-bit index");
+  static_assert(Atomic<std::uint64_t>::is_always_lock_free, "the head must be one lock-free 64-bit word");
 
  public:
   static constexpr std::uint64_t kTagMask = (std::uint64_t{1} << TagBits) - 1;

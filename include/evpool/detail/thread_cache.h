@@ -155,7 +155,7 @@ class ThreadCache final : public ThreadCacheLink {
     static_assert(sizeof(void *) != 8 || kFalseSharingRange != 128 || sizeof(ThreadCache) == 512,
                   "the layout drawn at the top of this file");
     static_assert(alignof(ThreadCache) % alignof(DeviceMagazines) == 0);
-    void *memory = ::operator new(bytes_for(devices), std::align_val_t{alignof(ThreadCache)});
+    void *memory = ::operator new (bytes_for(devices), std::align_val_t{alignof(ThreadCache)});
     auto *cache = ::new (memory) ThreadCache(pool, devices);
     std::uninitialized_value_construct_n(cache->magazine_table(), devices);
     return cache;
@@ -165,7 +165,7 @@ class ThreadCache final : public ThreadCacheLink {
     // The table's objects are trivially destructible; the cache is destroyed, then its memory.
     static_assert(std::is_trivially_destructible_v<DeviceMagazines>);
     cache->~ThreadCache();
-    ::operator delete(cache, std::align_val_t{alignof(ThreadCache)});
+    ::operator delete (cache, std::align_val_t{alignof(ThreadCache)});
   }
 
   // ---- Owner side: only the thread whose directory holds the cache ----------------------------
@@ -281,7 +281,8 @@ class ThreadCache final : public ThreadCacheLink {
     return (bytes + kFalseSharingRange - 1) / kFalseSharingRange * kFalseSharingRange;
   }
   [[gnu::always_inline]] DeviceMagazines *magazine_table() noexcept {
-    return std::launder(reinterpret_cast<DeviceMagazines *>(reinterpret_cast<std::byte *>(this) + sizeof(ThreadCache)));
+    return std::launder(
+        reinterpret_cast<DeviceMagazines *>(reinterpret_cast<std::byte *>(this) + sizeof(ThreadCache)));
   }
   // Hot: the owner writes busy_ (and leases_) on every call, the purger writes bypass_ rarely.
   alignas(kFalseSharingRange) Atomic<std::uint32_t> busy_{0};
