@@ -107,9 +107,11 @@ class DeviceDepots {
 
   /// The one way an event leaves the pool for good (see the rationale).
   void destroy(int device, handle_type handle) noexcept {
+    // Forgotten first: once the backend destroys it, the driver may hand the same value to
+    // another thread's create at once (rmm#649), whose record a later erase would remove.
+    forget_destroyed(device, handle);
     backend_.destroy(handle);
     if constexpr (kCountCalls) counts_[device].count_destroyed(1);
-    forget_destroyed(device, handle);
   }
 
   /// Checked mode forgets a handle the caller destroys itself: CUDA reuses a destroyed handle's

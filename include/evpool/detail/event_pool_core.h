@@ -205,9 +205,9 @@ class EventPoolCore {
       Cache *cache = directory.hint_id == id_ ? static_cast<Cache *>(directory.hint)
                                               : static_cast<Cache *>(find_thread_cache(id_));
       if (cache != nullptr && cache->owner_enter()) {
-        // return_magazines reaches the depots through depots(), whose fork check comes before it
-        // reads the magazines: a hint that a fork from a signal handler left the child finds
-        // them forgotten.
+        // The fork check comes after the lookup and before the magazines are read: a hint that
+        // a fork from a signal handler left the child finds them forgotten.
+        forget_events_of_parent_process();
         return_magazines(*cache);
         cache->owner_exit();
       }
@@ -370,9 +370,9 @@ class EventPoolCore {
 
   /// For ThreadCache: the owner thread is exiting, inside its owner section: its magazines go to
   /// the depots, its spare blocks to the spare block depot. In a fork child whose thread exits
-  /// before any call on this pool, the check of depots() forgets the magazines first.
+  /// before any call on this pool, the check forgets the magazines first.
   void flush_exiting_cache(Cache &cache) noexcept {
-    (void)depots();
+    forget_events_of_parent_process();
     return_contents_of_leaving_cache(cache);
   }
 
@@ -771,11 +771,12 @@ class EventPoolCore {
   }
 
   // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
-  // destroyed), and the cache holds none. By the owner (a flush, or at exit), or by a purger.
+  // destroyed), and the cache holds none. By the owner (a flush, or at exit), or by a purger. No
+  // fork check of its own: a purger calls it under the registry's lock, which the check's
+  // forgetting resets; each caller has made the check.
   void return_magazines(Cache &cache) noexcept {
-    Depots &store = depots();
-    for_each_magazine(cache, [&](Slot &slot, int device) {
-      store.return_magazine(slot, device);
+    for_each_magazine(cache, [this](Slot &slot, int device) {
+      depots_.return_magazine(slot, device);
       slot.clear();
     });
   }
