@@ -107,17 +107,11 @@ class DeviceDepots {
 
   /// The one way an event leaves the pool for good (see the rationale).
   void destroy(int device, handle_type handle) noexcept {
-    // Forgotten first: once the backend destroys it, the driver may hand the same value to
-    // another thread's create at once (rmm#649), whose record a later erase would remove.
-    forget_destroyed(device, handle);
+    // Checked mode forgets it first: once the backend destroys it, the driver may hand the same
+    // value to another thread's create at once (rmm#649), whose record a later erase would remove.
+    if (checker_) checker_->on_destroyed(handle);
     backend_.destroy(handle);
     if constexpr (kCountCalls) counts_[device].count_destroyed(1);
-  }
-
-  /// Checked mode forgets a handle the caller destroys itself: CUDA reuses a destroyed handle's
-  /// value at once (rmm#649).
-  void forget_destroyed(int device, handle_type handle) noexcept {
-    if (checker_) checker_->on_destroyed(device, handle);
   }
 
   /// Fills the depot with up to `count` new events, in magazines filled to `fill` (not to their
@@ -262,7 +256,7 @@ class DeviceDepots {
     for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
     if constexpr (kCountCalls)  // the child starts empty, and so do its figures
       for (int device = 0; device < device_count_; ++device) counts_[device].reset();
-    if (checker_) checker_->forget_all_in_child(device_count_);
+    if (checker_) checker_->forget_all_in_child();
   }
 
  private:

@@ -72,14 +72,14 @@ class EventChecker {
   void on_created_idle(int device, Handle handle) noexcept { remember(handle, Record{.device = device}); }
 
   /// The pool destroyed `handle`.
-  void on_destroyed(int /*device*/, Handle handle) noexcept {
+  void on_destroyed(Handle handle) noexcept {
     std::lock_guard lock(lock_);
     records_.erase(handle);
   }
 
   /// In a fork() child, whose first call forgets the parent's events: the records too. A parent's
   /// thread may have held the lock at the fork, so the lock and the table are made anew.
-  void forget_all_in_child(int /*devices*/) noexcept {
+  void forget_all_in_child() noexcept {
     records_.~Records();
     ::new (&records_) Records();
     lock_.~mutex();

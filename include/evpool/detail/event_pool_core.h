@@ -65,8 +65,11 @@
 // a child forgets every idle event, in the depots and in every cache (fork_guard.h). A call that
 // finds its cache through the thread's hint makes no check, because the child starts with no
 // thread holding a hint (thread_cache_directory.h) and only a lookup that has made the check sets
-// one. Everything else reaches the depots and the registry only through depots() and registry(),
-// which make the check: it is kept by construction, not by convention.
+// one. The entry points reach the depots and the registry through depots() and registry(), which
+// make the check, so a new entry point cannot forget it. Two places check by hand, after their
+// lookup and before they read a cache: FlushThreadCache and a thread's exit flush, whose cache a
+// fork from a signal handler may have left the child. Code under the registry's lock uses the
+// members directly: the check's forgetting resets that lock, and its caller has checked.
 //
 // Errors leave everything as it was: arguments are checked before anything changes; Put takes
 // ownership of the event only after the last step that can throw (taking an empty magazine); a
@@ -142,8 +145,7 @@ class EventPoolCore {
       auto lock = caches.lock();
       caches.close([&](Cache &cache) {
         for_each_magazine(cache, [this](Slot &slot, int device) { depots_.destroy_events(slot, device); });
-        fold_counts(cache);                                // for the report of what is still outstanding
-        caches.retired_leases() += cache.purger_leases();  // before it leaves: cache_registry.h
+        fold_counts(cache);  // for the report of what is still outstanding
       });
       leased = caches.retired_leases();
       spare_block_depot_.delete_all();  // no cache can give or take any more
@@ -526,8 +528,7 @@ class EventPoolCore {
       throw;
     }
     if constexpr (kCountCalls) store.counts(device).count_put(adopted);
-    if (!kept) store.forget_destroyed(device, handle);  // the caller destroys it
-    return kept;
+    return kept;  // not kept: the caller destroys it, through DeviceDepots::destroy
   }
 
   // ---- Leases, past a hit --------------------------------------------------------------------------
@@ -798,13 +799,12 @@ class EventPoolCore {
     });
   }
 
-  // Collects the caches of exited threads: what they still hold goes to the depots, their lease
-  // counts are retired, their call counts folded into the shared ones. Here rather than in the
+  // Collects the caches of exited threads: what they still hold goes to the depots, their call
+  // counts are folded into the shared ones (the registry retires their lease counts). Here rather than in the
   // thread's exit flush, which a Purge in progress makes the exiting thread skip.
   void collect_abandoned_caches() noexcept {
     registry_.collect_abandoned([this](Cache &cache) {
       return_contents_of_leaving_cache(cache);
-      registry_.retired_leases() += cache.purger_leases();
       fold_counts(cache);
     });
   }

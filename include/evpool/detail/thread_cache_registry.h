@@ -21,10 +21,10 @@
 // closed.
 //
 // Leaving the registry. A cache leaves (collected after its thread exited, or closed with the pool)
-// by sweep(): unlinked first, let go after, so that a fork() child, which walks the list as fork()
-// left it, never meets a freed cache. What the caller folds out of a leaving cache (its lease
-// count) is folded before it is unlinked: a child forked in between counts those leases twice (its
-// core then leaks) rather than never (its core would be deleted under live leases).
+// by sweep_out(): unlinked first, let go after, so that a fork() child, which walks the list as
+// fork() left it, never meets a freed cache. Its lease count is retired before it is unlinked: a
+// child forked in between counts those leases twice (its core then leaks) rather than never (its
+// core would be deleted under live leases).
 #pragma once
 
 #include <cstdint>
@@ -58,8 +58,7 @@ class ThreadCacheRegistry {
   /// progress.
   template <class Visit>
   void quiesce(typename Cache::Bypass state, Visit &&visit) noexcept {
-    caches_.for_each([state](Cache &cache) { cache.purger_request(state); });
-    Fence::purger_fence();
+    request_all(state);
     caches_.for_each([&](Cache &cache) {
       cache.purger_wait_until_idle();
       visit(cache);
@@ -70,37 +69,30 @@ class ThreadCacheRegistry {
     caches_.for_each([](Cache &cache) { cache.purger_reopen(); });
   }
 
-  /// Each cache whose thread has exited: leaving(cache), then it leaves the registry and is let go.
+  /// Each cache whose thread has exited: leaving(cache), its lease count retired, then it leaves
+  /// the registry and is let go.
   template <class Leaving>
   void collect_abandoned(Leaving &&leaving) noexcept {
-    caches_.sweep(
-        [&](Cache &cache) {
-          if (!cache.abandoned()) return false;
-          leaving(cache);
-          return true;
-        },
-        [](Cache &cache) { cache.let_go(); });
+    sweep_out([](Cache &cache) { return cache.abandoned(); }, leaving);
   }
 
   /// The pool closes: no cache is added any more; every cache is closed for good (quiesced as in
-  /// quiesce(kClosed)), visited with leaving(cache), unlinked and let go. A thread that still holds
-  /// one drops it when it next looks it up, or when it exits.
+  /// quiesce(kClosed)), visited with leaving(cache), its lease count retired, unlinked and let go.
+  /// A thread that still holds one drops it when it next looks it up, or when it exits.
   template <class Leaving>
   void close(Leaving &&leaving) noexcept {
     closed_ = true;
-    caches_.for_each([](Cache &cache) { cache.purger_request(Cache::kClosed); });
-    Fence::purger_fence();
-    caches_.sweep(
-        [&](Cache &cache) {
+    request_all(Cache::kClosed);
+    sweep_out(
+        [](Cache &cache) {
           cache.purger_wait_until_idle();
-          leaving(cache);
           return true;
         },
-        [](Cache &cache) { cache.let_go(); });
+        leaving);
   }
 
   /// The lease counts of caches that left (collected, closed, or forgotten in a fork child).
-  std::int64_t &retired_leases() noexcept { return retired_leases_; }
+  std::int64_t retired_leases() const noexcept { return retired_leases_; }
 
   /// In a fork() child, by its one forgetting thread: no thread of the child can hold the lock or
   /// be inside a cache (they all wait for the forgetting thread), so the lock is reset and every
@@ -111,6 +103,26 @@ class ThreadCacheRegistry {
   }
 
  private:
+  // Steps 1 and 2 of quiescing: every cache requested, then the one heavy fence.
+  void request_all(typename Cache::Bypass state) noexcept {
+    caches_.for_each([state](Cache &cache) { cache.purger_request(state); });
+    Fence::purger_fence();
+  }
+
+  // Each cache for which leaves(cache) holds: leaving(cache), its lease count retired, unlinked,
+  // and only then let go (see "Leaving the registry").
+  template <class Leaves, class Leaving>
+  void sweep_out(Leaves &&leaves, Leaving &leaving) noexcept {
+    caches_.sweep(
+        [&](Cache &cache) {
+          if (!leaves(cache)) return false;
+          leaving(cache);
+          retired_leases_ += cache.purger_leases();
+          return true;
+        },
+        [](Cache &cache) { cache.let_go(); });
+  }
+
   RegistryLock<Policy> lock_;
   CacheRegistry<Cache, std::atomic> caches_;  // std::atomic: see thread_cache.h's cold members
   std::int64_t retired_leases_ = 0;
