@@ -112,8 +112,9 @@ class BasicEventPool {
   /// Creates `count` events on `device` (-1: the current device) and puts them into the device's
   /// depot, not the caller's cache, in magazines of Policy::cache_start_capacity events (a thread's
   /// cache takes one at a time), so that the first Gets of every thread hit while they last;
-  /// schedulers call it before their first step. A magazine of them that does not fit under the
-  /// idle limit is destroyed again.
+  /// schedulers call it before their first step. It creates only what fits under the idle limit
+  /// beside the depot's idle events, and stops there; a `count` over the limit itself is refused
+  /// with std::invalid_argument before anything is created.
   /// Thread-safe; blocks in the backend's create. Throws what Get and Put throw; the events
   /// reserved before a failure stay in the pool.
   void Reserve(int device, std::size_t count) { core_->Reserve(device, count); }

@@ -13,8 +13,9 @@
 // the environment variable EVPOOL_CHECKED=1.
 //
 // What it catches:
-//   - a Put (or a lease's end) of an event that is already idle in the pool: refused with
-//     DoublePutError, naming the device and the handle; the pool's idle copy stays, and the
+//   - a Put (or a lease's end) of an event that is already idle in the pool, under whichever
+//     device the second Put names: refused with DoublePutError, naming both devices and the
+//     handle; the pool's idle copy stays, and the
 //     caller's duplicate is emptied without destroying the handle (destroying it would destroy
 //     the copy the pool holds). A duplicate is caught while its event is idle: once another Get
 //     has handed the event out again, the duplicate passes for that holder's return, and the
@@ -22,7 +23,9 @@
 //   - events still outstanding when the pool's state is destroyed (its last reference gone): each
 //     is reported on stderr with the stack of the Get that handed it out; the process-wide pools
 //     (instance(), instance_for()) report at exit. Without checks the report gives the counts alone.
-//   - a Put under a device that contradicts the event's own stays an error, as without checks.
+//   - a Put under a device that contradicts the event's own stays an error, as without checks;
+//     and a bare handle the pool handed out for one device, put under another, is refused with
+//     std::invalid_argument (the caller still owns it).
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"
