@@ -199,6 +199,20 @@ TYPED_TEST(PoolStatsTest, ReadsTheCachesOfThreadsThatAreAliveButIdle) {
   }
 }
 
+// A thread that exits leaves its cache to be collected, and the Gets it counted in the cache's
+// slots must then be folded into the pool's shared counters: the first stats() still reads the
+// abandoned cache in the registry and collects it at its end; the second finds it gone.
+TYPED_TEST(PoolStatsTest, AnExitedThreadsGetsStayCountedOnceItsCacheIsCollected) {
+  HostBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  constexpr int kGets = 5;
+  std::thread([&] {
+    for (int i = 0; i < kGets; ++i) pool.Put(pool.Get(0));
+  }).join();
+  EXPECT_EQ(pool.stats().devices[0].gets, std::uint64_t{kGets}) << "before the collection";
+  EXPECT_EQ(pool.stats().devices[0].gets, std::uint64_t{kGets}) << "after the collection";
+}
+
 // Many threads, random Gets, Puts, adopted Puts and Purges, under an idle limit; once they have
 // exited, every figure matches the backend, the events the test still holds, and the events the
 // pool really hands out without creating.
