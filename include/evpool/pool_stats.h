@@ -10,7 +10,8 @@
 // touch the depot anyway, write the pool's shared counters (detail/call_counts.h). stats() adds
 // them up, reading each cache through the handshake Purge uses (detail/thread_cache.h): it waits
 // for a thread in the middle of a call, never for an idle one, and the cache's calls meanwhile go
-// around it.
+// around it. No shared write is not no cost: measured against NoStatsPolicy in interleaved runs,
+// counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
 // Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches.
 // Derived, from the conservation of events (every event the pool created or adopted and did not
