@@ -20,6 +20,10 @@
 // cache (testing `!= kDraining`) was caught in 3 runs of 6 by the closing case here.
 // Under ThreadSanitizer both fences are the symmetric seq_cst pair, which the test exercises
 // too.
+// What it cannot catch: the owner's compiler barrier removed from the asymmetric fence. It keeps
+// the compiler from sinking the announcing store below the load of the purger's word, but an
+// independent review found GCC 12 and Clang emitting the same code with and without it, so no
+// run of any test can tell the two apart; the barrier is kept for compilers that would reorder.
 #include <gtest/gtest.h>
 
 #include <atomic>
