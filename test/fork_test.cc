@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -355,6 +356,51 @@ TEST(PoolAfterFork, AFlushThroughAHintThatSurvivedTheForkMovesNoneOfTheParentsEv
     return bits;
   });
   EXPECT_EQ(failures, 0) << "bit 1: the child's flush destroyed its parent's events; bit 2: it handed one out";
+}
+
+// A fork() from a signal handler that lands inside a thread's slow cache lookup, after the
+// lookup's fork check: the child goes on with the lookup, finds the thread's cache of its parent's
+// events and sets the hint, after which no call checks again. The lookup's second check
+// (hinted_after_fork_check) must forget the parent's events. The fork is made where the signal
+// would land, by an atomic that forks at the first load of a flag once armed: the lookup's load of
+// the pool's closed flag, between its first check and its finding the cache.
+bool fork_at_next_flag_load = false;
+pid_t forked_child = -1;  // in the parent: the child's pid; in the child: 0
+
+template <class T>
+struct ForkingAtomic : std::atomic<T> {
+  using std::atomic<T>::atomic;
+  T load(std::memory_order order = std::memory_order_seq_cst) const noexcept {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (fork_at_next_flag_load) {
+        fork_at_next_flag_load = false;
+        forked_child = fork();
+      }
+    }
+    return std::atomic<T>::load(order);
+  }
+};
+struct ForkingPolicy : DefaultPoolPolicy {
+  template <class T>
+  using atomic = ForkingAtomic<T>;
+};
+
+TEST(PoolAfterFork, AForkInsideTheSlowLookupAfterItsCheckStillForgetsTheParentsEvents) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend, ForkingPolicy> pool(backend);
+  Pool other(backend);
+  fill(pool, 0, 4);         // 4 idle in this thread's cache for `pool`
+  other.Put(other.Get(0));  // the hint now names `other`: the next call on `pool` looks its cache up
+  const std::uint64_t created = backend.created();
+  fork_at_next_flag_load = true;
+  HostBackend::Event event = pool.Get(0);  // forks inside its lookup
+  if (forked_child == 0) _exit(HostBackend::serial_of(event.get()) <= created ? 1 : 0);  // a parent's token
+  ASSERT_GT(forked_child, 0) << "the lookup made no load of the closed flag: the fork never happened";
+  int status = 0;
+  waitpid(forked_child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's Get handed out its parent's event after a fork inside the lookup";
+  pool.Put(std::move(event));
 }
 
 TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParentsEvents) {
