@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <set>
 #include <string>
@@ -12,6 +13,8 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/hooked_atomic.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
@@ -95,6 +98,41 @@ TYPED_TEST(PoolOptions, ReserveStopsWhereTheDepotIsFull) {
   EXPECT_EQ(backend.destroyed(), 0u) << "Reserve created events only to destroy them";
   pool.Purge();
   EXPECT_EQ(backend.destroyed(), 8u);
+}
+
+// Purge keeps every cache requested until it has trimmed the depots: a cache reopened before that
+// could take a magazine of events that were idle when the Purge began out of the depot, beyond the
+// Purge's reach. A thread whose cache is registered but empty Gets once inside the Purge, while it
+// detaches the depot's filled stack (support/hooked_atomic.h): its cache must still be bypassed,
+// so it takes one event and leaves none idle in its cache.
+TEST(PurgeOrder, ACacheIsNotReopenedBeforeTheDepotsAreTrimmed) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
+  constexpr int kIdle = 6;
+  std::atomic<int> step{0};  // 1: filled and flushed; 2: may Get; 3: got; 4: may exit
+  Event got;
+  std::thread thread([&] {
+    testing_support::fill(pool, 0, kIdle);
+    pool.FlushThreadCache();  // its cache stays registered, holding nothing
+    step.store(1);
+    while (step.load() != 2) std::this_thread::yield();
+    got = pool.Get(0);
+    step.store(3);
+    while (step.load() != 4) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  testing_support::at_next_wide_load = [&] {
+    step.store(2);
+    while (step.load() != 3) std::this_thread::yield();
+  };
+  pool.Purge();
+  ASSERT_EQ(step.load(), 3) << "the hook never ran inside the Purge";
+  const DeviceStats figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.idle_in_caches, 0u) << "a cache took events the Purge should have destroyed";
+  EXPECT_EQ(figures.idle, 0u);
+  step.store(4);
+  thread.join();
+  pool.Put(std::move(got));
 }
 
 TYPED_TEST(PoolOptions, TrimKeepsKIdleEventsOfEachDevice) {

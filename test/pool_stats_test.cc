@@ -15,6 +15,7 @@
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
+#include "support/hooked_atomic.h"
 #include "support/idle_events.h"
 
 namespace evpool {
@@ -211,6 +212,35 @@ TYPED_TEST(PoolStatsTest, AnExitedThreadsGetsStayCountedOnceItsCacheIsCollected)
   }).join();
   EXPECT_EQ(pool.stats().devices[0].gets, std::uint64_t{kGets}) << "before the collection";
   EXPECT_EQ(pool.stats().devices[0].gets, std::uint64_t{kGets}) << "after the collection";
+}
+
+// A thread that exits while stats() holds its cache skips its exit flush (the cache is
+// requested): its events stay in the abandoned cache until someone collects it. stats() does, at
+// its end, so that they reach the depot where other threads find them. The exit is made to happen
+// inside stats(), after it has requested every cache (support/hooked_atomic.h).
+TEST(PoolStatsCollection, AThreadExitingDuringStatsHasItsEventsMovedToTheDepotByIt) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
+  constexpr int kHeld = 6;
+  std::atomic<bool> filled{false}, may_exit{false};
+  std::thread thread([&] {
+    std::vector<Event> got;
+    for (int i = 0; i < kHeld; ++i) got.push_back(pool.Get(0));
+    for (Event &event : got) pool.Put(std::move(event));  // kHeld idle in this thread's cache
+    filled.store(true);
+    while (!may_exit.load()) std::this_thread::yield();
+  });
+  while (!filled.load()) std::this_thread::yield();
+  testing_support::at_next_wide_load = [&] {  // inside stats(), every cache requested: the exit skips its flush
+    may_exit.store(true);
+    thread.join();
+  };
+  const DeviceStats during = pool.stats().devices[0];
+  ASSERT_FALSE(thread.joinable()) << "the hook never ran inside stats()";
+  EXPECT_EQ(during.idle, std::uint64_t{kHeld});
+  const DeviceStats after = pool.stats().devices[0];
+  EXPECT_EQ(after.idle_in_depot, std::uint64_t{kHeld}) << "the exited thread's events were not collected";
+  EXPECT_EQ(after.idle_in_caches, 0u);
 }
 
 // Many threads, random Gets, Puts, adopted Puts and Purges, under an idle limit; once they have

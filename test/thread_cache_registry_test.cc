@@ -30,6 +30,7 @@ struct FakeCache {
   std::int64_t leases = 0;
   bool is_abandoned = false;
   Bypass state = kOpen;
+  bool waited = false;  // the purger waited for the owner's call in progress
   // What let_go saw: whether the registry still reached this cache, and the retired leases.
   bool let_go_called = false;
   bool reachable_when_let_go = false;
@@ -37,7 +38,7 @@ struct FakeCache {
   std::atomic<FakeCache *> next{nullptr};
 
   void purger_request(Bypass to) noexcept { state = to; }
-  void purger_wait_until_idle() noexcept {}
+  void purger_wait_until_idle() noexcept { waited = true; }
   void purger_reopen() noexcept { state = kOpen; }
   std::int64_t purger_leases() const noexcept { return leases; }
   bool abandoned() const noexcept { return is_abandoned; }
@@ -70,6 +71,7 @@ TEST(ThreadCacheRegistry, CloseUnlinksEachCacheAndRetiresItsLeasesBeforeLettingI
   int visited = 0;
   fixture.registry.close([&](FakeCache &cache) {
     EXPECT_EQ(cache.state, FakeCache::kClosed) << "visited before it was closed";
+    EXPECT_TRUE(cache.waited) << "visited without waiting for its owner's call in progress";
     ++visited;
   });
   EXPECT_EQ(visited, 3);
@@ -83,6 +85,20 @@ TEST(ThreadCacheRegistry, CloseUnlinksEachCacheAndRetiresItsLeasesBeforeLettingI
   EXPECT_EQ(fixture.registry.retired_leases(), retired_so_far);
   FakeCache late;
   EXPECT_FALSE(fixture.registry.add(late)) << "a closed registry took a new cache";
+}
+
+TEST(ThreadCacheRegistry, QuiesceWaitsForEachCacheBeforeVisitingItAndReopenAllOpensThem) {
+  ThreeCaches fixture;
+  auto lock = fixture.registry.lock();
+  int visited = 0;
+  fixture.registry.quiesce(FakeCache::kDraining, [&](FakeCache &cache) {
+    EXPECT_EQ(cache.state, FakeCache::kDraining);
+    EXPECT_TRUE(cache.waited) << "visited without waiting for its owner's call in progress";
+    ++visited;
+  });
+  EXPECT_EQ(visited, 3);
+  fixture.registry.reopen_all();
+  for (const FakeCache &cache : fixture.caches) EXPECT_EQ(cache.state, FakeCache::kOpen);
 }
 
 TEST(ThreadCacheRegistry, CollectionTakesOnlyAbandonedCachesAndUnlinksEachBeforeLettingItGo) {
