@@ -85,8 +85,18 @@ TYPED_TEST(PoolStatsTest, PurgeAndTheIdleLimitCountWhatTheyDestroy) {
   for (Event &event : got) pool.Put(std::move(event));
   DeviceStats figures = pool.stats().devices[0];
   EXPECT_EQ(figures.destroyed, backend.destroyed());
-  EXPECT_GT(figures.destroyed, 0u) << "the idle limit destroyed some";
-  EXPECT_EQ(figures.idle, count_idle_from_outside(pool, backend, 0));
+  EXPECT_EQ(figures.destroyed, 0u) << "Put destroys nothing";
+  EXPECT_GT(figures.retired, 0u) << "the idle limit retired some";
+  EXPECT_EQ(figures.retired + figures.idle, backend.created() - backend.destroyed());
+  EXPECT_EQ(figures.outstanding, 0);
+  const std::uint64_t found = count_idle_from_outside(pool, backend, 0);
+  EXPECT_EQ(found + backend.destroyed(), figures.idle + figures.retired)
+      << "a Get that finds no idle event hands a retired one out again before it creates one, "
+         "and a Get that refills its cache destroys a few";
+  pool.Trim(kUnlimitedIdle);
+  figures = pool.stats().devices[0];
+  EXPECT_EQ(figures.retired, 0u) << "Trim destroys every retired event";
+  EXPECT_EQ(figures.destroyed + figures.idle, figures.created) << "and only those: nothing is out";
 
   pool.Purge();
   figures = pool.stats().devices[0];

@@ -13,11 +13,11 @@
 // around it. No shared write is not no cost: measured against NoStatsPolicy in interleaved runs,
 // counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
-// Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches.
-// Derived, from the conservation of events (every event the pool created or adopted and did not
-// destroy is idle or outstanding):
+// Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches,
+// retired. Derived, from the conservation of events (every event the pool created or adopted and
+// did not destroy is idle, retired or outstanding):
 //
-//   outstanding = created + puts_adopted - destroyed - idle
+//   outstanding = created + puts_adopted - destroyed - idle - retired
 //   puts        = gets - outstanding
 //   gets_hit    = gets - gets_missed
 //   idle        = idle_in_depot + idle_in_caches
@@ -48,9 +48,11 @@ namespace evpool {
 struct DeviceStats {
   std::uint64_t created = 0;       ///< events the pool created: Get misses and Reserve
   std::uint64_t destroyed = 0;     ///< events the pool destroyed: Purge, Trim, over the idle limit
+                                   ///< (retired first, destroyed on a later call)
   std::uint64_t gets = 0;          ///< Gets and leases begun (the events handed out)
   std::uint64_t gets_hit = 0;      ///< of those, served by an idle event (cache or depot)
-  std::uint64_t gets_missed = 0;   ///< of those, served by creating an event
+  std::uint64_t gets_missed = 0;   ///< of those, served by creating an event (a retired event
+                                   ///< handed out again counts as a hit)
   std::uint64_t puts = 0;          ///< Puts accepted and leases ended, of events that know their
                                    ///< device (the pool's own, handed back); derived, see above
   std::uint64_t puts_adopted = 0;  ///< Puts accepted of events that do not know their device (a
@@ -60,6 +62,8 @@ struct DeviceStats {
   std::uint64_t idle = 0;          ///< idle now, in the depot and in every thread's cache
   std::uint64_t idle_in_depot = 0;
   std::uint64_t idle_in_caches = 0;
+  std::uint64_t retired = 0;  ///< over the idle limit, waiting to be reused or destroyed by a call
+                              ///< that may call the driver (Put never destroys)
   std::int64_t outstanding = 0;              ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
 };
@@ -82,6 +86,7 @@ struct PoolStats {
       sum.idle += device.idle;
       sum.idle_in_depot += device.idle_in_depot;
       sum.idle_in_caches += device.idle_in_caches;
+      sum.retired += device.retired;
       sum.outstanding += device.outstanding;
       sum.outstanding_peak_bound += device.outstanding_peak_bound;
     }

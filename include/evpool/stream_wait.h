@@ -15,6 +15,14 @@ namespace evpool {
 /// handles are understood as CUDA defines them, relative to the caller's current device: 0 and
 /// cudaStreamLegacy (the legacy default stream) and cudaStreamPerThread. The caller's current
 /// device is the same on return, also when an error is thrown.
+///
+/// Under stream capture (any mode) it makes no call that CUDA refuses while capturing. Both
+/// streams in one capture, or the producer capturing and the consumer not: the wait becomes an
+/// edge of that capture's graph (the consumer joins it), and the event is back in the pool at
+/// once. A wait across a capture's boundary (the consumer capturing and the producer not, two
+/// captures, or an invalidated one) throws std::invalid_argument naming both streams' capture
+/// states, before any call that would invalidate a capture; graph_event.h's functions are what
+/// such a dependency takes instead.
 /// Thread-safe. Throws CUDAError when a CUDA call fails (the event still returns to the pool).
 EVPOOL_API void wait(cudaStream_t consumer, cudaStream_t producer, CUDAEventPool &pool);
 

@@ -7,14 +7,17 @@
 // device a Depot (depot.h) of filled and empty magazines, nodes of one arena (node_arena.h), under
 // one idle limit. Whatever leaves the pool for good leaves through destroy(): the backend's
 // destroy, the destroyed counter and checked mode's forgetting go together there, so that no
-// route destroys an event and forgets one of the three. (A pool that must not call the driver on
-// some thread, or must defer destruction, changes this one function.)
+// route destroys an event and forgets one of the three.
+//
+// Only calls that may call the driver destroy: Trim, Purge, the pool's end, and a Get that refills
+// its cache (a few events at most). What a Put or the end of a lease cannot keep is retired
+// instead (retired_events.h says where retired events go, and the bound on them).
 //
 // Magazines move between a thread cache and a depot with these verbs, each named for what the
 // depot ends up holding:
 //
 //   deposit(slot)             the magazine's events join the depot (those over the limit are
-//                             destroyed); false if none fit, and the slot keeps the magazine
+//                             retired); false if none fit, and the slot keeps the magazine
 //   return_magazine(slot)     the magazine goes back, filled or empty, as deposit decides
 //   return_empty(slot)        the magazine goes back empty (its events were taken or destroyed)
 //   exchange_for_empty(slot)  deposit, with an empty magazine left in the slot in exchange
@@ -26,6 +29,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -37,6 +41,7 @@
 #include "evpool/detail/event_checker.h"
 #include "evpool/detail/magazine_slot.h"
 #include "evpool/detail/node_arena.h"
+#include "evpool/detail/retired_events.h"
 #include "evpool/detail/tagged_index_stack.h"
 #include "evpool/event_backend.h"
 #include "evpool/pool_checks.h"
@@ -55,7 +60,11 @@ class DeviceDepots {
   using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
   using Depot = detail::Depot<Magazine, Policy, Stack>;
+  using Retired = RetiredEvents<Magazine, Stack, Policy::template atomic>;
   static constexpr bool kCountCalls = Policy::count_calls;
+  /// The most retired events a Get that refills its cache destroys: what bounds the driver calls
+  /// that a refill adds (a refill happens once per magazine of Gets).
+  static constexpr std::uint32_t kRetiredDestroyedPerRefill = 8;
 
   /// Throws std::invalid_argument for flags the backend rejects, no device, or an idle limit of 0;
   /// std::bad_alloc.
@@ -70,6 +79,7 @@ class DeviceDepots {
       throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
                                   "use kUnlimitedIdle for no limit");
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
+    retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
@@ -162,6 +172,55 @@ class DeviceDepots {
     return depots_[device].take_one(out, arena_, max_idle_);
   }
 
+  // ---- Retired events (retired_events.h) ---------------------------------------------------------
+
+  /// Retires the last `count` events of `magazine` (which keeps the others), moved into a spare
+  /// magazine. Only if none can be had (the process is out of memory) are they destroyed here.
+  void retire(int device, Magazine &magazine, std::uint32_t count) noexcept {
+    if (count == 0) return;
+    const std::uint32_t index = spare_magazine(device);
+    if (index == kNilIndex) {
+      while (count-- > 0) destroy(device, magazine.handles[--magazine.count]);
+      return;
+    }
+    Magazine &retired = arena_[index];
+    while (count-- > 0) retired.handles[retired.count++] = magazine.handles[--magazine.count];
+    retired_[device].give(index, arena_);
+  }
+
+  /// Retires one event, as retire() does.
+  void retire_one(int device, handle_type handle) noexcept {
+    const std::uint32_t index = spare_magazine(device);
+    if (index == kNilIndex) return destroy(device, handle);
+    Magazine &retired = arena_[index];
+    retired.handles[retired.count++] = handle;
+    retired_[device].give(index, arena_);
+  }
+
+  /// One retired event of the device into `out`, to be handed out again; false if it has none.
+  bool take_retired_one(int device, handle_type &out) noexcept {
+    const std::uint32_t index = retired_[device].take(arena_);
+    if (index == kNilIndex) return false;
+    Magazine &magazine = arena_[index];
+    out = magazine.handles[--magazine.count];
+    put_back_retired(device, index);
+    return true;
+  }
+
+  /// Destroys up to `most` retired events of the device.
+  void destroy_retired(int device, std::uint32_t most) noexcept {
+    while (most > 0) {
+      const std::uint32_t index = retired_[device].take(arena_);
+      if (index == kNilIndex) return;
+      Magazine &magazine = arena_[index];
+      for (; most > 0 && !magazine.empty(); --most) destroy(device, magazine.handles[--magazine.count]);
+      put_back_retired(device, index);
+    }
+  }
+
+  /// The device's retired events (for stats(); exact once no call is in progress).
+  std::uint64_t retired(int device) const noexcept { return retired_[device].count(); }
+
   /// One event into the device's depot; false if it is over the idle limit (the caller still
   /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
   /// nothing changed.
@@ -187,13 +246,13 @@ class DeviceDepots {
   }
 
   /// The slot's events join the depot, as many as fit under the idle limit; the others are
-  /// destroyed. False if none fit (or it held none): the caller keeps the magazine, and the slot
+  /// retired. False if none fit (or it held none): the caller keeps the magazine, and the slot
   /// now counts 0.
   bool deposit(Slot &slot, int device) noexcept {
     Depot &depot = depots_[device];
     Magazine &magazine = slot.write_back_count();
     const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
-    while (magazine.count > fit) destroy(device, magazine.handles[--magazine.count]);
+    retire(device, magazine, magazine.count - static_cast<std::uint32_t>(fit));
     slot.set_count(magazine.count);
     if (magazine.empty()) return false;
     depot.give_reserved(slot.index, arena_);
@@ -215,17 +274,10 @@ class DeviceDepots {
   /// empty magazine can be had.
   bool exchange_for_empty(Slot &slot, int device) noexcept {
     if (slot.empty()) return true;
-    Depot &depot = depots_[device];
-    std::uint32_t spare = depot.take_spare_empty(arena_);
-    if (spare == kNilIndex) {
-      try {
-        spare = arena_.allocate();
-      } catch (...) {
-        return false;
-      }
-    }
+    const std::uint32_t spare = spare_magazine(device);
+    if (spare == kNilIndex) return false;
     if (!deposit(slot, device)) {
-      depot.give_empty(spare, arena_);
+      depots_[device].give_empty(spare, arena_);
       return true;  // its events were destroyed: none fit
     }
     slot = slot.handing_gets_to(slot_of(spare));
@@ -241,10 +293,13 @@ class DeviceDepots {
 
   // ---- Trimming and forgetting -------------------------------------------------------------------
 
-  /// Keeps `keep` of each device's depot events and destroys the others. Events given to a depot
-  /// meanwhile may stay.
+  /// Keeps `keep` of each device's depot events and destroys the others, and every retired
+  /// event. Events given to a depot or retired meanwhile may stay.
   void trim(std::size_t keep) noexcept {
-    for (int device = 0; device < device_count_; ++device) trim_device(device, keep);
+    for (int device = 0; device < device_count_; ++device) {
+      trim_device(device, keep);
+      destroy_retired(device, std::numeric_limits<std::uint32_t>::max());
+    }
   }
 
   /// The events each depot holds (for stats(); exact once no call is in progress).
@@ -253,7 +308,10 @@ class DeviceDepots {
   /// A fork() child forgets its parent's events, without destroying them: the depots, the counts
   /// and checked mode's records start empty. By the child's one forgetting thread.
   void forget_all_in_child() noexcept {
-    for (int device = 0; device < device_count_; ++device) depots_[device].forget_all(arena_);
+    for (int device = 0; device < device_count_; ++device) {
+      depots_[device].forget_all(arena_);
+      retired_[device].forget_all(arena_, [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
+    }
     if constexpr (kCountCalls)  // the child starts empty, and so do its figures
       for (int device = 0; device < device_count_; ++device) counts_[device].reset();
     if (checker_) checker_->forget_all_in_child();
@@ -287,6 +345,23 @@ class DeviceDepots {
       depot.give_empty_chain(emptied_chain.first, emptied_chain.last, arena_);
   }
 
+  // An empty magazine, reused or new; kNilIndex if the arena cannot grow.
+  std::uint32_t spare_magazine(int device) noexcept {
+    try {
+      return depots_[device].take_empty(arena_);
+    } catch (...) {
+      return kNilIndex;
+    }
+  }
+
+  // A magazine taken from the retired events goes back to them, or, emptied, to the depot's spares.
+  void put_back_retired(int device, std::uint32_t index) noexcept {
+    if (arena_[index].empty())
+      depots_[device].give_empty(index, arena_);
+    else
+      retired_[device].give(index, arena_);
+  }
+
   // A chain of magazines being built, linked through `next`, in the order appended.
   struct Chain {
     std::uint32_t first = kNilIndex, last = kNilIndex;
@@ -305,6 +380,7 @@ class DeviceDepots {
   int device_count_ = 0;
   Arena arena_;
   std::unique_ptr<Depot[]> depots_;
+  std::unique_ptr<Retired[]> retired_;
   std::unique_ptr<SharedCallCounts[]> counts_;          // per device; only with Policy::count_calls
   std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 };

@@ -86,6 +86,7 @@
 #include <string>
 #include <utility>
 
+#include "evpool/deferred_work.h"
 #include "evpool/detail/call_counts.h"
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_depots.h"
@@ -102,7 +103,7 @@
 namespace evpool::detail {
 
 template <EventBackend Backend, class Policy>
-class EventPoolCore {
+class EventPoolCore final : private DeferredWork {
  public:
   using event_type = typename Backend::event_type;
   using handle_type = typename Backend::handle_type;
@@ -153,7 +154,7 @@ class EventPoolCore {
     // Release: a lease that ends later and sees it (acquire) destroys its event instead.
     closed_.store(true, std::memory_order_release);
     depots().trim(0);
-    settle_leases(leased - kLeaseBias);  // may delete this: the last action
+    settle_leases(leased - kLeaseBias, /*by_pool=*/true);  // may delete this: the last action
   }
 
   // ---- Entry points --------------------------------------------------------------------------
@@ -184,6 +185,7 @@ class EventPoolCore {
   }
 
   void Trim(std::size_t keep_per_device) noexcept {
+    run_deferred_work();  // first, and outside the lock: it may end leases, which use the caches
     if constexpr (kCached) {
       // The caches stay closed until the depots are trimmed: a reopened cache could otherwise
       // take a magazine of events that were idle when the Trim began out of the depot, beyond
@@ -286,6 +288,7 @@ class EventPoolCore {
   /// The pool's figures (pool_stats.h): the shared counters, plus every cache's, each cache read
   /// through the purger handshake (waits for a call in progress on it, never for an idle thread).
   PoolStats stats() requires kCountCalls {
+    run_deferred_work();  // events of destroyed graphs are back before they are counted
     const int devices = depots().device_count();
     PoolStats result;
     result.devices.resize(static_cast<std::size_t>(devices));  // may throw: nothing held
@@ -320,9 +323,11 @@ class EventPoolCore {
       figures.puts_adopted += read(shared.puts_adopted);
       figures.idle_in_depot = depots_.idle(device);
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
-      // Derived (call_counts.h): every event created or adopted and not destroyed is idle or out.
+      figures.retired = depots_.retired(device);
+      // Derived (call_counts.h): every event created or adopted and not destroyed is idle,
+      // retired or out.
       figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
-                            static_cast<std::int64_t>(figures.idle);
+                            static_cast<std::int64_t>(figures.idle + figures.retired);
       const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
       figures.puts = figures.gets - std::min(figures.gets, out);
       figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
@@ -438,7 +443,7 @@ class EventPoolCore {
     if (kept)
       (void)event.release();
     else
-      depots_.destroy(device, event.release());  // over the idle limit
+      depots_.retire_one(device, event.release());  // over the idle limit
   }
 
   // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
@@ -472,14 +477,25 @@ class EventPoolCore {
       cache.owner_exit();
       return obtain_from_depot(device, leases);
     }
-    return take_and_exit(cache, magazines, leases);
+    const handle_type handle = take_and_exit(cache, magazines, leases);
+    // Outside the owner section: deferred work may end leases of this very pool.
+    run_driver_work_on_the_way(device);
+    return handle;
+  }
+
+  // A Get off its fast path may call the driver: it destroys a few retired events
+  // (retired_events.h) and runs the deferred work (deferred_work.h).
+  void run_driver_work_on_the_way(int device) noexcept {
+    depots_.destroy_retired(device, Depots::kRetiredDestroyedPerRefill);
+    if (deferred_work_waiting()) run_deferred_work();
   }
 
   // Bypassing the cache.
   [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
     Depots &store = depots();
+    if (deferred_work_waiting()) run_deferred_work();
     handle_type handle;
-    if (!store.take_one(device, handle)) {
+    if (!store.take_one(device, handle) && !store.take_retired_one(device, handle)) {
       handle = store.create(device);  // may throw: nothing held
       if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
@@ -577,8 +593,8 @@ class EventPoolCore {
         put_into_cache(*cache, device, event.get(), false);
         (void)event.release();
       } catch (...) {
-        depots_.destroy(device, event.release());  // no memory for a magazine
-      }                                            // (a checked pool has no caches)
+        depots_.retire_one(device, event.release());  // no memory for a magazine
+      }                                               // (a checked pool has no caches)
       cache->owner_count_leases(-1);
       cache->owner_exit();
       return;
@@ -592,8 +608,8 @@ class EventPoolCore {
       } catch (...) {
       }
     }
-    if (event) depots_.destroy(device, event.release());  // what the pool did not take
-    settle_leases(-1);                                    // may delete this: the last action
+    if (event) depots_.retire_one(device, event.release());  // what the pool did not take
+    settle_leases(-1);                                       // may end the core: the last action
   }
 
   // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
@@ -616,11 +632,20 @@ class EventPoolCore {
     }
   }
 
-  // The one place that deletes the core (see Lifetime in the rationale).
-  void settle_leases(std::int64_t delta) noexcept {
+  // The one place that ends the core (see Lifetime in the rationale): at once if the pool's
+  // destructor brings the balance to zero, else through the deferred work, since the end destroys
+  // events and the last lease may end on a thread that must not call the driver.
+  void settle_leases(std::int64_t delta, bool by_pool = false) noexcept {
     // Acq_rel: the one that reaches zero sees every other user's last use of the core.
-    if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) delete this;
+    if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta != 0) return;
+    if (by_pool)
+      delete this;
+    else
+      defer(*this);
   }
+
+  // DeferredWork: the end of a core whose last lease ended after its pool.
+  void run() noexcept override { delete this; }
 
   // ---- Spare shared-lease blocks (shared_lease_block.h, spare_block_depot.h) --------------------
 

@@ -1,0 +1,149 @@
+#include "evpool/detail/cuda_streams.h"
+
+#include <cuda.h>
+
+#include <cstdio>
+
+#include "evpool/cuda_error.h"
+
+#include "cuda_runtime_helpers.h"
+#include "scoped_current_device.h"
+
+namespace evpool::detail {
+namespace {
+
+bool is_special_handle(cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
+// The driver's entry points, resolved once; a null one is absent from this driver.
+struct DriverStreams {
+  CUresult (*get_capture_info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                               size_t *) = nullptr;
+  CUresult (*get_device)(CUstream, CUdevice *) = nullptr;
+  CUresult (*get_context)(CUstream, CUcontext *) = nullptr;
+  CUresult (*context_device)(CUdevice *, CUcontext) = nullptr;
+
+  DriverStreams() {
+    resolve("cuStreamGetCaptureInfo", 12000, get_capture_info);
+    resolve("cuStreamGetDevice", 12080, get_device);
+    resolve("cuStreamGetCtx", 9020, get_context);
+    resolve("cuCtxGetDevice_v2", 13000, context_device);
+  }
+
+  template <class Function>
+  static void resolve(const char *symbol, unsigned version, Function &function) {
+    void *address = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      function = reinterpret_cast<Function>(address);
+  }
+};
+
+const DriverStreams &driver() {
+  static const DriverStreams resolved;  // thread-safe, once
+  return resolved;
+}
+
+void check_driver(CUresult result, const char *call) {
+  // The runtime's codes equal the driver's for every error these calls return.
+  if (result != CUDA_SUCCESS) check_cuda(static_cast<cudaError_t>(result), call);
+}
+
+StreamCapture capture_from(cudaStreamCaptureStatus status, unsigned long long id) {
+  switch (status) {
+    case cudaStreamCaptureStatusActive:
+      return {StreamCapture::kActive, id};
+    case cudaStreamCaptureStatusInvalidated:
+      return {StreamCapture::kInvalidated, id};
+    default:
+      return {StreamCapture::kNone, 0};
+  }
+}
+
+}  // namespace
+
+StreamCapture CudaStreams::capture_of(cudaStream_t stream) {
+  const DriverStreams &calls = driver();
+  if (is_special_handle(stream) || calls.get_capture_info == nullptr) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    check_cuda(cudaStreamGetCaptureInfo(stream, &status, &id), "cudaStreamGetCaptureInfo");
+    return capture_from(status, id);
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  check_driver(calls.get_capture_info(reinterpret_cast<CUstream>(stream), &status, &id, nullptr, nullptr, nullptr),
+               "cuStreamGetCaptureInfo");
+  return capture_from(static_cast<cudaStreamCaptureStatus>(status), id);
+}
+
+int CudaStreams::device_of(cudaStream_t stream, const StreamCapture &capture) {
+  int device = -1;
+  if (is_special_handle(stream)) {
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    return device;
+  }
+  const DriverStreams &calls = driver();
+  const auto handle = reinterpret_cast<CUstream>(stream);
+  CUdevice found = -1;
+  if (capture.status == StreamCapture::kNone && calls.get_device != nullptr) {
+    check_driver(calls.get_device(handle, &found), "cuStreamGetDevice");
+    return found;
+  }
+  if (calls.get_context != nullptr && calls.context_device != nullptr) {
+    CUcontext context = nullptr;
+    check_driver(calls.get_context(handle, &context), "cuStreamGetCtx");
+    check_driver(calls.context_device(&found, context), "cuCtxGetDevice_v2");
+    return found;
+  }
+  // A driver older than CUDA 13 outside capture: the runtime's lookup (refused under capture).
+  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
+  return device;
+}
+
+void CudaStreams::record(cudaEvent_t event, cudaStream_t stream, int device, bool external) {
+  ScopedCurrentDevice on(device);  // allowed under capture: it touches no stream
+  check_cuda(cudaEventRecordWithFlags(event, stream, external ? cudaEventRecordExternal : cudaEventRecordDefault),
+             external ? "cudaEventRecordWithFlags(cudaEventRecordExternal)" : "cudaEventRecord");
+}
+
+void CudaStreams::wait(cudaStream_t stream, cudaEvent_t event, int device, bool external) {
+  ScopedCurrentDevice on(device);  // allowed under capture: it touches no stream
+  check_cuda(cudaStreamWaitEvent(stream, event, external ? cudaEventWaitExternal : cudaEventWaitDefault),
+             external ? "cudaStreamWaitEvent(cudaEventWaitExternal)" : "cudaStreamWaitEvent");
+}
+
+void CudaStreams::give_to_graph(cudaStream_t stream, DeferredWork &owner) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t queried = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph);
+  if (queried != cudaSuccess) {
+    defer(owner);
+    throw CUDAError(queried, "cudaStreamGetCaptureInfo");
+  }
+  // Runs on a CUDA thread, where no CUDA call is allowed: it only hands the owner over.
+  const auto on_graph_destroyed = [](void *data) { defer(*static_cast<DeferredWork *>(data)); };
+  cudaUserObject_t object = nullptr;
+  const cudaError_t made = cudaUserObjectCreate(&object, &owner, on_graph_destroyed, 1, cudaUserObjectNoDestructorSync);
+  if (made != cudaSuccess) {
+    defer(owner);
+    throw CUDAError(made, "cudaUserObjectCreate");
+  }
+  const cudaError_t moved = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+  if (moved != cudaSuccess) {
+    cudaUserObjectRelease(object, 1);  // the last reference: its destructor defers the owner
+    throw CUDAError(moved, "cudaGraphRetainUserObject");
+  }
+}
+
+std::string CudaStreams::describe(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy) return "the legacy default stream";
+  if (stream == cudaStreamPerThread) return "the per-thread default stream";
+  char text[40];
+  std::snprintf(text, sizeof text, "stream %p", static_cast<void *>(stream));
+  return text;
+}
+
+}  // namespace evpool::detail
