@@ -123,8 +123,6 @@ void CudaStreams::give_to_graph(cudaStream_t stream, DeferredWork &owner) {
     defer(owner);
     throw CUDAError(queried, "cudaStreamGetCaptureInfo");
   }
-  // Runs on a CUDA thread, where no CUDA call is allowed: it only hands the owner over.
-  const auto on_graph_destroyed = [](void *data) { defer(*static_cast<DeferredWork *>(data)); };
   cudaUserObject_t object = nullptr;
   const cudaError_t made = cudaUserObjectCreate(&object, &owner, on_graph_destroyed, 1, cudaUserObjectNoDestructorSync);
   if (made != cudaSuccess) {

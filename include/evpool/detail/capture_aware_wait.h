@@ -42,8 +42,9 @@
 //   record(event, stream, device, external)  cudaEventRecord(WithFlags), on `device`
 //   wait(stream, event, device, external)    cudaStreamWaitEvent, on `device`
 //   give_to_graph(stream, owner)             the capture's graph owns `owner` (a DeferredWork
-//                                            whose run() deletes it); if it cannot, it defers
-//                                            `owner` and throws
+//                                            whose run() deletes it) and calls
+//                                            on_graph_destroyed(&owner) when it is destroyed;
+//                                            if it cannot, it defers `owner` and throws
 //   describe(stream) -> std::string          for messages
 #pragma once
 
@@ -76,6 +77,10 @@ concept CaptureStreams = requires(S &streams, typename S::stream_type stream, ty
   streams.give_to_graph(stream, owner);
   { streams.describe(stream) } -> std::convertible_to<std::string>;
 };
+
+/// What a graph's user object calls when the graph is destroyed, on a thread where no CUDA call is
+/// allowed: it only hands the owner over to run later.
+inline void on_graph_destroyed(void *owner) noexcept { defer(*static_cast<DeferredWork *>(owner)); }
 
 inline std::string describe_capture(const StreamCapture &capture) {
   switch (capture.status) {
