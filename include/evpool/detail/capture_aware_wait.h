@@ -13,7 +13,7 @@
 //
 //   producer        consumer        what the wait becomes
 //   not capturing   not capturing   an eager wait (record, wait), as without graphs
-//   capture X       capture X       a fork/join edge of X's graph
+//   capture X       capture X       a fork/join edge of X's graph (the event: see below)
 //   capture X       not capturing   the consumer joins capture X (CUDA's fork)
 //   not capturing   capture X       refused: a capture cannot wait on work outside it (CUDA:
 //                                   cudaErrorStreamCaptureIsolation)
@@ -21,9 +21,16 @@
 //   invalidated     any             refused: that capture is already lost
 //
 // A refusal throws std::invalid_argument naming both streams' states and what to do instead
-// (graph_event.h), and leaves every capture valid. Within a capture the event goes back to the
-// pool at once: the graph keeps the edge, not the event, and a later record elsewhere does not
-// change the graph (CUDA captures the event's state at the wait).
+// (graph_event.h), and leaves every capture valid.
+//
+// Within a capture the graph keeps the edge, not the event, so the event could go back to the
+// pool at once. It does not: it goes to the capture's graph, as a graph-owned event does, and
+// comes back when the graph is destroyed. The reason is the driver: an event recorded in one open
+// capture and then, by another thread, in another open capture crashes it (H200, driver 580: a
+// program with no evpool code, 16 threads capturing at once with their events from one shared
+// list, segfaulted in 4 of 5 runs, 64 threads in 5 of 5; captures one at a time, 0 of 15). A pool
+// hands an event it got back to any thread, so only an event that stays out until its capture is
+// over is safe, and the graph's end is the first moment evpool can see.
 //
 // The devices come from a lookup that capture allows (Streams::device_of), so the event is one of
 // the producer's device in every case.
@@ -121,6 +128,26 @@ void check_capturable_wait(Streams &streams, typename Streams::stream_type consu
   throw std::invalid_argument(message + ". Nothing was recorded; every capture is as it was");
 }
 
+/// Leases an event of `device` and gives the lease to the graph of `stream`'s capture (active):
+/// the event is back when the graph is destroyed. Throws what the pool and the streams throw;
+/// once the graph has the lease (or it is deferred), the event comes back through it.
+template <CaptureStreams Streams, class Pool>
+typename Streams::event_type lease_to_graph(Streams &streams, typename Streams::stream_type stream, Pool &pool,
+                                            int device) {
+  using Lease = decltype(pool.Lease(device));
+  // The owner is its own deferred work: CUDA's destructor callback only defers it, and its run()
+  // deletes it, which ends the lease on a thread that may call the driver.
+  struct Owner final : DeferredWork {
+    explicit Owner(Lease &&taken) noexcept : lease(std::move(taken)) {}
+    void run() noexcept override { delete this; }
+    Lease lease;
+  };
+  auto owner = std::make_unique<Owner>(pool.Lease(device));
+  const typename Streams::event_type event = owner->lease.get();
+  streams.give_to_graph(stream, *owner.release());  // the graph's, or deferred, from here on
+  return event;
+}
+
 /// evpool::wait over any streams and any pool with Lease(device): see the rationale.
 template <CaptureStreams Streams, class Pool>
 void capture_aware_wait(Streams &streams, typename Streams::stream_type consumer,
@@ -130,6 +157,12 @@ void capture_aware_wait(Streams &streams, typename Streams::stream_type consumer
   check_capturable_wait(streams, consumer, consumes, producer, produces);
   const int producer_device = streams.device_of(producer, produces);
   const int consumer_device = streams.device_of(consumer, consumes);
+  if (produces.status == StreamCapture::kActive) {
+    const auto event = lease_to_graph(streams, producer, pool, producer_device);
+    streams.record(event, producer, producer_device, /*external=*/false);
+    streams.wait(consumer, event, consumer_device, /*external=*/false);
+    return;
+  }
   auto event = pool.Lease(producer_device);  // back to the pool however this ends
   streams.record(event.get(), producer, producer_device, /*external=*/false);
   streams.wait(consumer, event.get(), consumer_device, /*external=*/false);
@@ -157,17 +190,7 @@ auto graph_owned_event(Streams &streams, typename Streams::stream_type stream, P
                                 describe_capture(capture) +
                                 "; a graph-owned event is taken inside an active capture. Nothing was taken");
   const int device = streams.device_of(stream, capture);
-  using Lease = decltype(pool.Lease(device));
-  // The owner is its own deferred work: CUDA's destructor callback only defers it, and its run()
-  // deletes it, which ends the lease on a thread that may call the driver.
-  struct Owner final : DeferredWork {
-    explicit Owner(Lease &&taken) noexcept : lease(std::move(taken)) {}
-    void run() noexcept override { delete this; }
-    Lease lease;
-  };
-  auto owner = std::make_unique<Owner>(pool.Lease(device));
-  const GraphOwned<typename Streams::event_type> owned{owner->lease.get(), device};
-  streams.give_to_graph(stream, *owner.release());  // the graph's, or deferred, from here on
+  const GraphOwned<typename Streams::event_type> owned{lease_to_graph(streams, stream, pool, device), device};
   if (record)
     streams.record(owned.event, stream, device, /*external=*/true);
   else
