@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -93,19 +94,69 @@ std::int64_t run_sync(benchmark::State &state, Source &source, const ThreadStrea
   return state.iterations();
 }
 
+// Ends with A waiting for B, which waited for A: all of the step's work ends on A, and a capture
+// begun on A, which B joined at the first wait, has B joined back into it.
+template <class Source>
+void schedule_step(Source &source, const ThreadStreams &streams, int &value, FirstError &errors) {
+  errors(cudaMemsetAsync(streams.buffer, ++value & 0xff, kScheduleBufferBytes, streams.a));
+  record_and_wait(source, streams.device, streams.b, streams.a, errors);
+  errors(cudaMemsetAsync(streams.buffer, ++value & 0xff, kScheduleBufferBytes, streams.b));
+  record_and_wait(source, streams.device, streams.a, streams.b, errors);
+}
+
 template <class Source>
 std::int64_t run_schedule(benchmark::State &state, Source &source, const ThreadStreams &streams,
                           FirstError &errors) {
   QueueBound bound;
   int value = 0;
   for (auto _ : state) {
-    errors(cudaMemsetAsync(streams.buffer, ++value & 0xff, kScheduleBufferBytes, streams.a));
-    record_and_wait(source, streams.device, streams.b, streams.a, errors);
-    errors(cudaMemsetAsync(streams.buffer, ++value & 0xff, kScheduleBufferBytes, streams.b));
-    record_and_wait(source, streams.device, streams.a, streams.b, errors);
-    errors(bound.step(streams.a));  // A now waits for B, which waited for A: all of it
+    schedule_step(source, streams, value, errors);
+    errors(bound.step(streams.a));
   }
   return state.iterations() * 2;
+}
+
+/// graph's steps, captured and instantiated once per thread before its timed loop. The capture
+/// runs the Gets and Puts; a replay runs no pool call, its records and waits being graph edges.
+class CapturedSchedule {
+ public:
+  template <class Source>
+  void capture(Source &source, const ThreadStreams &streams, FirstError &errors) {
+    // One capture at a time: a shared pool hands an event that one open capture recorded to
+    // another thread's, and that crashes the driver (H200, driver 580: SIGSEGV from 16 threads,
+    // with every pool that moves events between threads, and in a plain program sharing events).
+    const std::lock_guard one_at_a_time(capturing_);
+    // Thread-local: the threads not capturing must stay free to make any call meanwhile.
+    errors(cudaStreamBeginCapture(streams.a, cudaStreamCaptureModeThreadLocal));
+    int value = 0;
+    for (int step = 0; step < kGraphSteps; ++step) schedule_step(source, streams, value, errors);
+    errors(cudaStreamEndCapture(streams.a, &graph_));
+    if (graph_ != nullptr) errors(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+
+  cudaGraphExec_t exec() const { return exec_; }
+
+  void destroy(FirstError &errors) {
+    if (exec_ != nullptr) errors(cudaGraphExecDestroy(exec_));
+    if (graph_ != nullptr) errors(cudaGraphDestroy(graph_));
+    exec_ = nullptr;
+    graph_ = nullptr;
+  }
+
+ private:
+  static inline std::mutex capturing_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+inline std::int64_t run_graph(benchmark::State &state, const CapturedSchedule &captured,
+                              const ThreadStreams &streams, FirstError &errors) {
+  QueueBound bound;
+  for (auto _ : state) {
+    errors(cudaGraphLaunch(captured.exec(), streams.a));
+    errors(bound.step(streams.a));  // the graph ends on A, with B joined back: all of it
+  }
+  return state.iterations() * 2 * kGraphSteps;
 }
 
 template <class Source>
@@ -163,14 +214,14 @@ template <class Factory, class Variant, Workload kWorkload>
 struct Case {
   using Backend = typename Factory::Backend;
   static constexpr WorkloadInfo kInfo = info(kWorkload);
-  static constexpr bool kOnStreams =
-      kWorkload == Workload::kSync || kWorkload == Workload::kSchedule || kWorkload == Workload::kWait;
+  static constexpr bool kOnStreams = kWorkload == Workload::kSync || kWorkload == Workload::kSchedule ||
+                                     kWorkload == Workload::kGraph || kWorkload == Workload::kWait;
   static constexpr bool kInPairs = kWorkload == Workload::kHandoff || kWorkload == Workload::kLeaseHandoff;
   using Ring = HandoffRing<typename HandedOver<Backend, Variant, kWorkload>::type>;
 
   static inline std::unique_ptr<Variant> variant;
   static inline std::unique_ptr<Ring[]> rings;       // handoffs: one per producer and consumer pair
-  static inline std::vector<ThreadStreams> streams;  // sync, schedule, wait: one per thread
+  static inline std::vector<ThreadStreams> streams;  // sync, schedule, graph, wait: one per thread
   static inline int devices = 1;
 
   // The wall-clock span of the timed loops, for wall_items_per_second (see Run): the last thread
@@ -195,6 +246,9 @@ struct Case {
   static int events_held(int thread) {
     if constexpr (kInPairs)
       return thread % 2 == 0 ? static_cast<int>(kHandoffEventsPerPair<typename Backend::handle_type>) : 0;
+    // graph counts 2 x kGraphSteps events a launch, but its capture holds only what a schedule step
+    // does: pre-warmed as schedule is, the two report comparable events_created.
+    if constexpr (kWorkload == Workload::kGraph) return info(Workload::kSchedule).events_per_iteration;
     return kInfo.events_per_iteration;
   }
 
@@ -272,6 +326,9 @@ struct Case {
     auto &source = variant->source(thread);
     warm_up(source, thread, device);
     FirstError errors;
+    CapturedSchedule captured;  // graph's, captured here so that the timing leaves the capture out
+    if constexpr (kWorkload == Workload::kGraph)
+      captured.capture(source, streams[static_cast<std::size_t>(thread)], errors);
     std::int64_t events = 0;
     // Google Benchmark divides the events of all threads by the MEAN of the threads' own timed
     // intervals, so threads whose intervals do not overlap (some finish early, others start late)
@@ -290,6 +347,8 @@ struct Case {
       events = run_sync(state, source, streams[static_cast<std::size_t>(thread)], errors);
     else if constexpr (kWorkload == Workload::kSchedule)
       events = run_schedule(state, source, streams[static_cast<std::size_t>(thread)], errors);
+    else if constexpr (kWorkload == Workload::kGraph)
+      events = run_graph(state, captured, streams[static_cast<std::size_t>(thread)], errors);
     else if constexpr (kWorkload == Workload::kWait)
       events = run_wait(state, source, streams[static_cast<std::size_t>(thread)], errors);
     else if constexpr (kWorkload == Workload::kLease)
@@ -299,6 +358,7 @@ struct Case {
     else if constexpr (kWorkload == Workload::kLeaseHandoff)
       events = run_lease_handoff(state, source, device, ring_of(thread), role_of(thread));
     lower_to(first_end_ns, now_ns());
+    captured.destroy(errors);
     all_events.fetch_add(events);
     if (threads_done.fetch_add(1) + 1 == state.threads()) {  // the last thread here: all have written
       const double span_s = static_cast<double>(first_end_ns.load() - last_start_ns.load()) * 1e-9;

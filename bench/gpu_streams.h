@@ -1,4 +1,4 @@
-// evpool bench: what each thread of the GPU workloads (sync, schedule, wait) works on, two
+// evpool bench: what each thread of the GPU workloads (sync, schedule, graph, wait) works on, two
 // non-blocking streams of its device and a small device buffer, and the bound on the work they
 // queue.
 #pragma once
@@ -18,7 +18,7 @@ struct ThreadStreams {
   int device = 0;
   cudaStream_t a = nullptr;
   cudaStream_t b = nullptr;
-  void *buffer = nullptr;  // kScheduleBufferBytes on `device`, written by schedule
+  void *buffer = nullptr;  // kScheduleBufferBytes on `device`, written by schedule and graph
 
   /// Creates both streams and the buffer on `device`, which becomes the caller's current device.
   /// Throws CUDAError.

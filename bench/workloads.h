@@ -17,12 +17,16 @@ enum class Workload {
   kSpread,
   kSync,
   kSchedule,
+  kGraph,
   kWait,
   kLease,
   kLeaseShared,
   kLeaseHandoff
 };
-inline constexpr std::size_t kWorkloadCount = 11;
+inline constexpr std::size_t kWorkloadCount = 12;
+
+/// Steps a graph launch replays: enough to spread its cost; their 64 events fit the private stacks.
+inline constexpr int kGraphSteps = 32;
 
 /// Kinds of variant (bench/variants.h), as bits: a workload applies to some kinds.
 enum VariantKind : unsigned {
@@ -116,6 +120,16 @@ inline constexpr WorkloadInfo kWorkloads[kWorkloadCount] = {
      .backends = Backends::kCudaOnly,
      .placement = Placement::kRoundRobin,
      .events_per_iteration = 2},
+    // one cudaGraphLaunch on A of kGraphSteps schedule steps, which the thread captured before its
+    // timed loop: their Gets and Puts ran then, and a replay runs none (the records and waits are
+    // graph edges). Set against schedule, what an eager event costs over a captured one.
+    {.workload = Workload::kGraph,
+     .name = "graph",
+     .variant_kinds = kEveryPool,
+     .reference = "graph/private",
+     .backends = Backends::kCudaOnly,
+     .placement = Placement::kRoundRobin,
+     .events_per_iteration = 2 * kGraphSteps},
     // evpool::wait(B, A, pool), against the same steps (bench/stream_wait_via.h) over the private
     // stacks
     {.workload = Workload::kWait,
