@@ -1,6 +1,7 @@
 #include "evpool/detail/cuda_streams.h"
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstdio>
 
@@ -16,19 +17,28 @@ bool is_special_handle(cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
 }
 
-// The driver's entry points, resolved once; a null one is absent from this driver.
+// The driver's entry points, resolved once by name and ABI version (cudaTypedefs.h names each
+// version's signature); a null one is absent from this driver.
 struct DriverStreams {
-  CUresult (*get_capture_info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                               size_t *) = nullptr;
-  CUresult (*get_device)(CUstream, CUdevice *) = nullptr;
-  CUresult (*get_context)(CUstream, CUcontext *) = nullptr;
-  CUresult (*context_device)(CUdevice *, CUcontext) = nullptr;
+  PFN_cuStreamGetCaptureInfo_v11030 get_capture_info = nullptr;
+  PFN_cuStreamGetDevice_v12080 get_device = nullptr;
+  PFN_cuStreamGetCtx_v9020 get_context = nullptr;
+  PFN_cuCtxPushCurrent_v4000 push_context = nullptr;
+  PFN_cuCtxGetDevice_v2000 current_context_device = nullptr;
+  PFN_cuCtxPopCurrent_v4000 pop_context = nullptr;
 
   DriverStreams() {
-    resolve("cuStreamGetCaptureInfo", 12000, get_capture_info);
+    resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
     resolve("cuStreamGetDevice", 12080, get_device);
     resolve("cuStreamGetCtx", 9020, get_context);
-    resolve("cuCtxGetDevice_v2", 13000, context_device);
+    resolve("cuCtxPushCurrent", 4000, push_context);
+    resolve("cuCtxGetDevice", 2000, current_context_device);
+    resolve("cuCtxPopCurrent", 4000, pop_context);
+  }
+
+  bool know_contexts() const noexcept {
+    return get_context != nullptr && push_context != nullptr && current_context_device != nullptr &&
+           pop_context != nullptr;
   }
 
   template <class Function>
@@ -53,12 +63,9 @@ void check_driver(CUresult result, const char *call) {
 
 StreamCapture capture_from(cudaStreamCaptureStatus status, unsigned long long id) {
   switch (status) {
-    case cudaStreamCaptureStatusActive:
-      return {StreamCapture::kActive, id};
-    case cudaStreamCaptureStatusInvalidated:
-      return {StreamCapture::kInvalidated, id};
-    default:
-      return {StreamCapture::kNone, 0};
+    case cudaStreamCaptureStatusActive: return {StreamCapture::kActive, id};
+    case cudaStreamCaptureStatusInvalidated: return {StreamCapture::kInvalidated, id};
+    default: return {StreamCapture::kNone, 0};
   }
 }
 
@@ -88,19 +95,26 @@ int CudaStreams::device_of(cudaStream_t stream, const StreamCapture &capture) {
   const DriverStreams &calls = driver();
   const auto handle = reinterpret_cast<CUstream>(stream);
   CUdevice found = -1;
-  if (capture.status == StreamCapture::kNone && calls.get_device != nullptr) {
+  if (capture.status == StreamCapture::kNone) {  // the fastest lookup, refused under capture
+    if (calls.get_device == nullptr) {
+      check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
+      return device;
+    }
     check_driver(calls.get_device(handle, &found), "cuStreamGetDevice");
     return found;
   }
-  if (calls.get_context != nullptr && calls.context_device != nullptr) {
-    CUcontext context = nullptr;
-    check_driver(calls.get_context(handle, &context), "cuStreamGetCtx");
-    check_driver(calls.context_device(&found, context), "cuCtxGetDevice_v2");
-    return found;
-  }
-  // A driver older than CUDA 13 outside capture: the runtime's lookup (refused under capture).
-  check_cuda(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice");
-  return device;
+  if (!calls.know_contexts())  // never where the runtime runs: each has been there since CUDA 4
+    throw CUDAError(cudaErrorNotSupported, "cuStreamGetCtx, cuCtxPushCurrent, cuCtxGetDevice, cuCtxPopCurrent");
+  // The device of the stream's context, made current for the question: context calls touch no
+  // stream, and capture allows them (H200, CUDA 13, every mode).
+  CUcontext context = nullptr;
+  check_driver(calls.get_context(handle, &context), "cuStreamGetCtx");
+  check_driver(calls.push_context(context), "cuCtxPushCurrent");
+  const CUresult asked = calls.current_context_device(&found);
+  CUcontext popped = nullptr;
+  calls.pop_context(&popped);  // pops what it pushed: cannot fail
+  check_driver(asked, "cuCtxGetDevice");
+  return found;
 }
 
 void CudaStreams::record(cudaEvent_t event, cudaStream_t stream, int device, bool external) {
@@ -124,7 +138,8 @@ void CudaStreams::give_to_graph(cudaStream_t stream, DeferredWork &owner) {
     throw CUDAError(queried, "cudaStreamGetCaptureInfo");
   }
   cudaUserObject_t object = nullptr;
-  const cudaError_t made = cudaUserObjectCreate(&object, &owner, on_graph_destroyed, 1, cudaUserObjectNoDestructorSync);
+  const cudaError_t made =
+      cudaUserObjectCreate(&object, &owner, on_graph_destroyed, 1, cudaUserObjectNoDestructorSync);
   if (made != cudaSuccess) {
     defer(owner);
     throw CUDAError(made, "cudaUserObjectCreate");

@@ -17,11 +17,15 @@ GraphEvent graph_owned(cudaStream_t capturing, CUDAEventPool &pool, bool record)
 GraphEvent record_external(cudaStream_t capturing, CUDAEventPool &pool) {
   return graph_owned(capturing, pool, /*record=*/true);
 }
-GraphEvent record_external(cudaStream_t capturing) { return record_external(capturing, CUDAEventPool::instance()); }
+GraphEvent record_external(cudaStream_t capturing) {
+  return record_external(capturing, CUDAEventPool::instance());
+}
 
 GraphEvent wait_external(cudaStream_t capturing, CUDAEventPool &pool) {
   return graph_owned(capturing, pool, /*record=*/false);
 }
-GraphEvent wait_external(cudaStream_t capturing) { return wait_external(capturing, CUDAEventPool::instance()); }
+GraphEvent wait_external(cudaStream_t capturing) {
+  return wait_external(capturing, CUDAEventPool::instance());
+}
 
 }  // namespace evpool

@@ -62,9 +62,9 @@ struct DeviceStats {
   std::uint64_t idle = 0;          ///< idle now, in the depot and in every thread's cache
   std::uint64_t idle_in_depot = 0;
   std::uint64_t idle_in_caches = 0;
-  std::uint64_t retired = 0;  ///< over the idle limit, waiting to be reused or destroyed by a call
-                              ///< that may call the driver (Put never destroys)
-  std::int64_t outstanding = 0;              ///< handed out and not yet handed back; derived, see above
+  std::uint64_t retired = 0;     ///< over the idle limit, waiting to be reused or destroyed by a call
+                                 ///< that may call the driver (Put never destroys)
+  std::int64_t outstanding = 0;  ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
 };
 

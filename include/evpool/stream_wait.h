@@ -18,8 +18,8 @@ namespace evpool {
 ///
 /// Under stream capture (any mode) it makes no call that CUDA refuses while capturing. Both
 /// streams in one capture, or the producer capturing and the consumer not: the wait becomes an
-/// edge of that capture's graph (the consumer joins it), and the event is back in the pool at
-/// once. A wait across a capture's boundary (the consumer capturing and the producer not, two
+/// edge of that capture's graph (the consumer joins it), and the graph keeps the event until it is
+/// destroyed (docs/graphs.md says why). A wait across a capture's boundary (the consumer capturing and the producer not, two
 /// captures, or an invalidated one) throws std::invalid_argument naming both streams' capture
 /// states, before any call that would invalidate a capture; graph_event.h's functions are what
 /// such a dependency takes instead.

@@ -6,12 +6,24 @@
 //   burst     Get 8, record each on A and make B wait on it, Put all 8
 //   producer  Get, record on A, hand to the next thread          } handoff
 //   consumer  make B wait on the handed event, Put it with -1    }
-//   verify    write a value on A, record, make B wait, copy the value back on B and compare
+//   verify    write a value on A, record, make B wait, copy the value back on B and compare;
+//             every 64th operation a capture instead: see below
 // Thread 0 also purges the pool every 1,000 operations.
+// A capture (ThreadLocal mode, on three streams of the thread's own): the origin clears the buffer,
+// forks two branches through evpool::wait's steps, each branch writes its half with the value,
+// the origin joins both back and ends with a graph-owned event (record_external's steps). The
+// executable graph is launched 4 times on A, B waits on the event after each launch and copies
+// both halves' last words back, then it is destroyed: its events (each captured wait's and the
+// graph-owned one, all the graph's) come back to the pool through the deferred work, on whichever
+// thread runs it next. (evpool::wait and record_external are these
+// very steps over CUDAEventPool; the soak's pool counts its backend's events, so it calls the
+// steps, detail/capture_aware_wait.h, over it directly.)
 // Checked: no event is held by two holders at once, every CUDA call succeeds (recording an event of
-// the wrong device fails), every copy on B sees the value written on A before the record, and
-// none is lost: once everything is returned and purged, created = destroyed. The pool's stats()
-// must then agree with the counting backend (created, destroyed) and show nothing idle or out.
+// the wrong device fails), every copy on B sees the value written on A before the record (or by
+// the graph's launch before the wait), every capture ends, and none is lost: once everything is
+// returned (graph-owned events are awaited, 5 s at most) and purged, created = destroyed. The
+// pool's stats() must then agree with the counting backend (created, destroyed) and show nothing
+// idle or out.
 // Exit status: 0 clean, 1 a violation, 77 no GPU.
 #include <cuda_runtime_api.h>
 
@@ -22,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -30,6 +43,8 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
+#include "evpool/detail/capture_aware_wait.h"
+#include "evpool/detail/cuda_streams.h"
 #include "support/counting_backend.h"
 
 namespace {
@@ -66,6 +81,7 @@ class HolderLedger {
 
 struct Violations {
   std::atomic<std::uint64_t> held_twice{0}, returned_unheld{0}, cuda_errors{0}, wrong_values{0};
+  std::atomic<std::uint64_t> failed_captures{0};  // a step threw, or the capture did not end
   std::atomic<std::uint64_t> first_cuda_error{0};
 };
 
@@ -77,6 +93,9 @@ struct Handoff {
 
 enum Role { kPair, kBurst, kProducer, kConsumer, kVerify };
 const char *const kRoleNames[] = {"pair", "burst", "producer", "consumer", "verify"};
+
+constexpr std::uint64_t kCaptureEvery = 64;  // verify operations
+constexpr int kLaunchesPerCapture = 4;
 
 }  // namespace
 
@@ -98,6 +117,7 @@ int main(int argc, char **argv) {
   Violations violations;
   std::vector<Handoff> handoffs(static_cast<std::size_t>(threads));
   std::vector<std::atomic<std::uint64_t>> operations(5);
+  std::atomic<std::uint64_t> captures{0}, graph_launches{0};
   std::atomic<bool> stop{false};
 
   auto check = [&](cudaError_t error) {
@@ -125,8 +145,67 @@ int main(int argc, char **argv) {
     check(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     std::uint32_t *buffer = nullptr, *host = nullptr;
     check(cudaMalloc(reinterpret_cast<void **>(&buffer), 1 << 20));
-    check(cudaMallocHost(reinterpret_cast<void **>(&host), sizeof(std::uint32_t)));
+    check(cudaMallocHost(reinterpret_cast<void **>(&host), 2 * sizeof(std::uint32_t)));
+    cudaStream_t graph_streams[3] = {};  // a capture's origin and its two branches
+    if (role == kVerify)
+      for (cudaStream_t &stream : graph_streams)
+        check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     check(cudaSetDevice((device + 1) % devices));  // Get must not depend on the current device
+
+    // One capture of the verify role (see the top): the buffer's halves written by two branches.
+    evpool::detail::CudaStreams streams;
+    auto capture_and_launch = [&](int byte) {
+      constexpr std::size_t kHalf = 1 << 19;  // bytes
+      constexpr std::size_t kHalfWords = kHalf / sizeof(std::uint32_t);
+      check(cudaSetDevice(device));  // the graph is instantiated and launched on the streams' device
+      const cudaError_t began = cudaStreamBeginCapture(graph_streams[0], cudaStreamCaptureModeThreadLocal);
+      check(began);
+      bool stepped = false;
+      cudaEvent_t done = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      if (began == cudaSuccess) {
+        try {
+          check(cudaMemsetAsync(buffer, 0xEE, 2 * kHalf, graph_streams[0]));
+          for (int branch = 1; branch <= 2; ++branch) {
+            evpool::detail::capture_aware_wait(streams, graph_streams[branch], graph_streams[0], pool);
+            check(cudaMemsetAsync(reinterpret_cast<unsigned char *>(buffer) + (branch - 1) * kHalf, byte,
+                                  kHalf, graph_streams[branch]));
+          }
+          for (int branch = 1; branch <= 2; ++branch)
+            evpool::detail::capture_aware_wait(streams, graph_streams[0], graph_streams[branch], pool);
+          done = evpool::detail::graph_owned_event(streams, graph_streams[0], pool, /*record=*/true).event;
+          stepped = true;
+        } catch (const std::exception &error) {
+          if (violations.failed_captures.load() == 0)
+            std::fprintf(stderr, "a capture's step threw: %s\n", error.what());
+        }
+        cudaGraph_t graph = nullptr;
+        const cudaError_t ended = cudaStreamEndCapture(graph_streams[0], &graph);
+        check(ended);
+        if (stepped && ended == cudaSuccess) check(cudaGraphInstantiate(&exec, graph, 0));
+        // The executable graph alone keeps the events from here on.
+        if (graph != nullptr) check(cudaGraphDestroy(graph));
+      }
+      if (exec == nullptr) {
+        violations.failed_captures.fetch_add(1);
+      } else {
+        const std::uint32_t expected = 0x01010101u * static_cast<std::uint32_t>(byte);
+        for (int launch = 0; launch < kLaunchesPerCapture; ++launch) {
+          check(cudaGraphLaunch(exec, a));
+          check(cudaStreamWaitEvent(b, done, 0));
+          check(cudaMemcpyAsync(host, buffer + kHalfWords - 1, sizeof(std::uint32_t), cudaMemcpyDeviceToHost, b));
+          check(cudaMemcpyAsync(host + 1, buffer + 2 * kHalfWords - 1, sizeof(std::uint32_t),
+                                cudaMemcpyDeviceToHost, b));
+          check(cudaStreamSynchronize(b));  // before the next launch clears the buffer
+          if (host[0] != expected || host[1] != expected) violations.wrong_values.fetch_add(1);
+        }
+        check(cudaStreamSynchronize(a));
+        check(cudaGraphExecDestroy(exec));
+        captures.fetch_add(1, std::memory_order_relaxed);
+        graph_launches.fetch_add(kLaunchesPerCapture, std::memory_order_relaxed);
+      }
+      check(cudaSetDevice((device + 1) % devices));
+    };
 
     std::uint64_t count = 0;
     auto drain = [&] {
@@ -192,9 +271,13 @@ int main(int argc, char **argv) {
           break;
         }
         case kVerify: {
+          const int byte = static_cast<int>((count * 7 + static_cast<std::uint64_t>(t)) & 0x7F);
+          if (count % kCaptureEvery == kCaptureEvery - 1) {
+            capture_and_launch(byte);
+            break;
+          }
           CUDAEvent event = pool.Get(device);
           take(event);
-          const int byte = static_cast<int>((count * 7 + static_cast<std::uint64_t>(t)) & 0x7F);
           check(cudaMemsetAsync(buffer, byte, 1 << 20, a));
           check(cudaEventRecord(event, a));
           check(cudaStreamWaitEvent(b, event, 0));
@@ -217,6 +300,8 @@ int main(int argc, char **argv) {
     operations[static_cast<std::size_t>(role)].fetch_add(count);
     check(cudaStreamDestroy(a));
     check(cudaStreamDestroy(b));
+    for (cudaStream_t stream : graph_streams)
+      if (stream != nullptr) check(cudaStreamDestroy(stream));
     check(cudaFree(buffer));
     check(cudaFreeHost(host));
   };
@@ -229,6 +314,12 @@ int main(int argc, char **argv) {
   for (std::thread &thread : pool_threads) thread.join();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  // Graph-owned events come back asynchronously: CUDA destroys an executable graph's user objects
+  // on one of its own threads shortly after cudaGraphExecDestroy, and stats() (Purge too) runs the
+  // deferred work that returns their events. Give them 5 s before the final accounting.
+  const auto returned_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (pool.stats().total().outstanding != 0 && std::chrono::steady_clock::now() < returned_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   pool.Purge();
   const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
   // The pool's own figures must agree with the counting backend: every creation and destruction
@@ -246,6 +337,10 @@ int main(int argc, char **argv) {
   }
   std::printf("  total    %12llu operations (%.2f M/s)\n", static_cast<unsigned long long>(total),
               total / elapsed / 1e6);
+  std::printf("  captures %12llu (fork/join, graph-owned event), graph launches %llu, failed captures %llu\n",
+              static_cast<unsigned long long>(captures.load()),
+              static_cast<unsigned long long>(graph_launches.load()),
+              static_cast<unsigned long long>(violations.failed_captures.load()));
   std::printf("  events created %llu, destroyed by the pool %llu, peak idle nodes %zu\n",
               static_cast<unsigned long long>(created), static_cast<unsigned long long>(destroyed),
               pool.node_count());
@@ -263,8 +358,8 @@ int main(int argc, char **argv) {
               cudaGetErrorName(static_cast<cudaError_t>(violations.first_cuda_error.load())),
               static_cast<unsigned long long>(violations.wrong_values.load()));
   const bool clean = violations.held_twice == 0 && violations.returned_unheld == 0 &&
-                     violations.cuda_errors == 0 && violations.wrong_values == 0 && created == destroyed &&
-                     stats_agree;
+                     violations.cuda_errors == 0 && violations.wrong_values == 0 &&
+                     violations.failed_captures == 0 && created == destroyed && stats_agree;
   std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed; stats() agrees)" : "FAILED");
   return clean ? 0 : 1;
 }

@@ -50,7 +50,8 @@ class FakeCaptureStreams {
   void record(event_type event, int stream, int device, bool external) {
     Stream &on = on_device(stream, device);
     if (external && fail_external_record) throw std::runtime_error("fake: external record failed");
-    if (external && on.capture.status != StreamCapture::kActive) return refuse(stream, "external record outside capture");
+    if (external && on.capture.status != StreamCapture::kActive)
+      return refuse(stream, "external record outside capture");
     calls.push_back({external ? "record external" : "record", event, stream, device});
     recorded_in_[event] = on.capture.status == StreamCapture::kActive ? on.capture.id : 0;
   }

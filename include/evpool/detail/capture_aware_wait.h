@@ -91,12 +91,9 @@ inline void on_graph_destroyed(void *owner) noexcept { defer(*static_cast<Deferr
 
 inline std::string describe_capture(const StreamCapture &capture) {
   switch (capture.status) {
-    case StreamCapture::kNone:
-      return "not capturing";
-    case StreamCapture::kActive:
-      return "capturing (capture " + std::to_string(capture.id) + ")";
-    case StreamCapture::kInvalidated:
-      return "in an invalidated capture";
+    case StreamCapture::kNone: return "not capturing";
+    case StreamCapture::kActive: return "capturing (capture " + std::to_string(capture.id) + ")";
+    case StreamCapture::kInvalidated: return "in an invalidated capture";
   }
   return "in an unknown capture state";
 }
@@ -107,8 +104,8 @@ template <CaptureStreams Streams>
 void check_capturable_wait(Streams &streams, typename Streams::stream_type consumer, const StreamCapture &consumes,
                            typename Streams::stream_type producer, const StreamCapture &produces) {
   const bool isolated = consumes.status == StreamCapture::kActive && produces.status == StreamCapture::kNone;
-  const bool merging = consumes.status == StreamCapture::kActive && produces.status == StreamCapture::kActive &&
-                       consumes.id != produces.id;
+  const bool merging = consumes.status == StreamCapture::kActive &&
+                       produces.status == StreamCapture::kActive && consumes.id != produces.id;
   const bool lost =
       consumes.status == StreamCapture::kInvalidated || produces.status == StreamCapture::kInvalidated;
   if (!isolated && !merging && !lost) return;
@@ -132,8 +129,8 @@ void check_capturable_wait(Streams &streams, typename Streams::stream_type consu
 /// the event is back when the graph is destroyed. Throws what the pool and the streams throw;
 /// once the graph has the lease (or it is deferred), the event comes back through it.
 template <CaptureStreams Streams, class Pool>
-typename Streams::event_type lease_to_graph(Streams &streams, typename Streams::stream_type stream, Pool &pool,
-                                            int device) {
+typename Streams::event_type lease_to_graph(Streams &streams, typename Streams::stream_type stream,
+                                            Pool &pool, int device) {
   using Lease = decltype(pool.Lease(device));
   // The owner is its own deferred work: CUDA's destructor callback only defers it, and its run()
   // deletes it, which ends the lease on a thread that may call the driver.
@@ -186,8 +183,8 @@ auto graph_owned_event(Streams &streams, typename Streams::stream_type stream, P
   const char *operation = record ? "evpool::record_external" : "evpool::wait_external";
   const StreamCapture capture = streams.capture_of(stream);
   if (capture.status != StreamCapture::kActive)
-    throw std::invalid_argument(std::string(operation) + ": " + std::string(streams.describe(stream)) + " is " +
-                                describe_capture(capture) +
+    throw std::invalid_argument(std::string(operation) + ": " + std::string(streams.describe(stream)) +
+                                " is " + describe_capture(capture) +
                                 "; a graph-owned event is taken inside an active capture. Nothing was taken");
   const int device = streams.device_of(stream, capture);
   const GraphOwned<typename Streams::event_type> owned{lease_to_graph(streams, stream, pool, device), device};

@@ -9,7 +9,8 @@
 // against the runtime's 85 and 47 (H200 host, CUDA 13), so that evpool::wait asks for both
 // streams' capture states and devices in less time than it used to take for the devices alone.
 // cuStreamGetDevice is refused while the stream captures (and invalidates the capture); the
-// stream's context names its device then (cuStreamGetCtx, cuCtxGetDevice_v2: both allowed). The
+// stream's context names its device then (cuStreamGetCtx, then cuCtxGetDevice with the context
+// pushed: allowed). The
 // special handles (0, cudaStreamLegacy, cudaStreamPerThread) mean the caller's current device, and
 // are asked through the runtime, which initialises the thread's context if it must.
 #pragma once

@@ -310,7 +310,8 @@ class DeviceDepots {
   void forget_all_in_child() noexcept {
     for (int device = 0; device < device_count_; ++device) {
       depots_[device].forget_all(arena_);
-      retired_[device].forget_all(arena_, [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
+      retired_[device].forget_all(arena_,
+                                  [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
     }
     if constexpr (kCountCalls)  // the child starts empty, and so do its figures
       for (int device = 0; device < device_count_; ++device) counts_[device].reset();
