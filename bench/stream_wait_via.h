@@ -25,7 +25,8 @@ class LeasingSource {
    public:
     Borrowed(Source &source, int device) : source_(&source), device_(device), event_(source.Get(device)) {}
     Borrowed(Borrowed &&other) noexcept
-        : source_(std::exchange(other.source_, nullptr)), device_(other.device_), event_(std::move(other.event_)) {}
+        : source_(std::exchange(other.source_, nullptr)), device_(other.device_),
+          event_(std::move(other.event_)) {}
     Borrowed &operator=(Borrowed &&) = delete;
     ~Borrowed() {
       if (source_ != nullptr) source_->Put(std::move(event_), device_);
