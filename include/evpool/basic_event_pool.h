@@ -163,6 +163,11 @@ class BasicEventPool {
   /// 128. Thread-safe, wait-free.
   std::size_t node_count() const noexcept { return core_->node_count(); }
 
+  /// The device's retired events: over the idle limit, waiting to be handed out again or destroyed
+  /// (stats()'s `retired`, without its lock). Exact once no call is in progress. Throws
+  /// std::out_of_range for a device outside the pool. Thread-safe, wait-free.
+  std::uint64_t retired_events(int device_id) const { return core_->retired_events(device_id); }
+
  protected:
   /// On stderr, the events still outstanding, in checked mode (for pools that are never destroyed,
   /// at exit). Thread-safe; never throws.

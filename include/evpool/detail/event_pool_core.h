@@ -374,6 +374,10 @@ class EventPoolCore final : private DeferredWork {
   unsigned event_flags() const noexcept { return depots_.event_flags(); }
   std::size_t max_idle_per_device() const noexcept { return depots_.max_idle(); }
   std::size_t node_count() const noexcept { return depots_.node_count(); }
+  std::uint64_t retired_events(int device_id) const {
+    depots_.check_device(device_id, "retired_events");
+    return depots_.retired(device_id);
+  }
 
   /// For ThreadCache: the owner thread is exiting, inside its owner section: its magazines go to
   /// the depots, its spare blocks to the spare block depot. In a fork child whose thread exits
