@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -23,6 +24,7 @@
 #include "deterministic/deterministic_policy.h"
 #include "deterministic/deterministic_scheduler.h"
 #include "evpool/basic_event_pool.h"
+#include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
@@ -242,6 +244,28 @@ TEST(PoolAfterFork, AUniqueLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestr
   });
   EXPECT_EQ(failures, 0) << "bit 1: the lease destroyed the parent's event; 2: the child handed it "
                             "out; 4: the child's pool destroyed it";
+}
+
+// A pool destroyed while leases were out ends through the deferred work (deferred_work.h), which a
+// fork child inherits: its end in the child must forget the parent's events it holds (idle and
+// retired), not destroy them.
+TEST(PoolAfterFork, AParentsPoolEndedByTheChildsDeferredWorkDestroysNoneOfItsParentsEvents) {
+  HostBackend backend(1);
+  std::optional<Pool> pool(std::in_place, backend, HostBackend::kDefaultFlags, 1);
+  auto first = pool->Lease(0);
+  auto last = pool->Lease(0);
+  pool.reset();
+  first.reset();  // retired: the pool is gone
+  last.reset();   // the last lease: the pool's end is deferred
+  const std::uint64_t destroyed = backend.destroyed();
+  ASSERT_LT(destroyed, backend.created());
+  const int failures = in_child([&] {
+    run_deferred_work();
+    return backend.destroyed() != destroyed ? 1 : 0;
+  });
+  EXPECT_EQ(failures, 0) << "the child destroyed its parent's events";
+  run_deferred_work();
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "in the parent, the pool's end destroys them";
 }
 
 // The same for a shared lease, whose event lives in its pool node: the last copy dying in the child

@@ -399,8 +399,10 @@ class EventPoolCore final : private DeferredWork {
   static constexpr std::int64_t kLeaseBias = std::int64_t{1} << 62;
 
   ~EventPoolCore() {
-    // Events a lease returned to a depot while close() was trimming it.
-    depots_.trim(0);
+    // Events a lease returned to a depot while close() was trimming it, or retired after it. Through
+    // the fork check: the deferred end of a core may run in a fork child, whose parent's events
+    // these are.
+    depots().trim(0);
     report_outstanding();
   }
 
