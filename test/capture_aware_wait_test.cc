@@ -95,6 +95,24 @@ TEST_F(CaptureAwareWait, AConsumerNotCapturingJoinsTheProducersCapture) {
   EXPECT_EQ(outstanding(), 0);
 }
 
+// The legacy default stream cannot join a capture: CUDA fails the wait and invalidates the
+// producer's capture (H200, driver 580), so it is refused before any call.
+TEST_F(CaptureAwareWait, TheLegacyStreamCannotJoinACaptureAndIsRefusedBeforeAnyCall) {
+  constexpr int kLegacy = 0;
+  streams.add(kProducer, 0, kCapture);
+  streams.add(kLegacy, 0);
+  try {
+    detail::capture_aware_wait(streams, kLegacy, kProducer, pool);
+    ADD_FAILURE() << "the wait was not refused";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_NE(std::string(error.what()).find("cannot join a capture"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(streams.calls.empty());
+  EXPECT_TRUE(streams.refused.empty()) << streams.refused.front();
+  EXPECT_EQ(streams.state(kProducer).status, StreamCapture::kActive);
+  EXPECT_EQ(outstanding(), 0);
+}
+
 TEST_F(CaptureAwareWait, ACaptureWaitingOnWorkOutsideItIsRefusedBeforeAnyCall) {
   streams.add(kProducer, 0);
   streams.add(kConsumer, 0, kCapture);

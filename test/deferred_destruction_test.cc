@@ -97,5 +97,39 @@ TYPED_TEST(DeferredDestruction, AGetThatFindsNoIdleEventHandsARetiredOneOutInste
   EXPECT_EQ(counters.created(), created + counters.destroyed()) << "a Get created while a retired event was kept";
 }
 
+// The driver work a Get off its fast path does is bounded: one refill (one Get around the cache,
+// without caches) destroys exactly kRetiredDestroyedPerGet retired events when there are more.
+TYPED_TEST(DeferredDestruction, AGetOffItsFastPathDestroysABoundedFewRetiredEvents) {
+  HostBackend counters(1);
+  DriverFreeCheckingBackend backend(counters);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, 1);
+  std::vector<typename TestFixture::Event> got;
+  for (int i = 0; i < 600; ++i) got.push_back(pool.Get(0));
+  for (auto &event : got) pool.Put(std::move(event));
+  pool.FlushThreadCache();
+  const std::uint64_t retired = pool.retired_events(0);
+  constexpr std::uint64_t kFew = detail::kRetiredDestroyedPerGet;
+  ASSERT_GT(retired, kFew);
+  std::thread([&] { pool.Put(pool.Get(0)); }).join();  // a new thread's first Get: off its fast path
+  EXPECT_EQ(counters.destroyed(), kFew);
+  EXPECT_EQ(pool.retired_events(0), retired - kFew);
+}
+
+// Trim runs the deferred work before it trims, so that what a destroyed graph or pool deferred is
+// trimmed too, by any pool's Trim.
+TYPED_TEST(DeferredDestruction, AnyPoolsTrimRunsTheDeferredWork) {
+  HostBackend counters(1);
+  DriverFreeCheckingBackend backend(counters);
+  std::optional<typename TestFixture::Pool> gone(std::in_place, backend);
+  auto lease = gone->Lease(0);
+  gone.reset();
+  lease.reset();  // the pool's end is deferred
+  ASSERT_TRUE(detail::deferred_work_waiting());
+  typename TestFixture::Pool other(backend);
+  other.Trim(0);
+  EXPECT_FALSE(detail::deferred_work_waiting());
+  EXPECT_EQ(counters.created(), counters.destroyed());
+}
+
 }  // namespace
 }  // namespace evpool

@@ -45,7 +45,7 @@ class BasicEventPool {
   using shared_lease = SharedEventLease<Core>;
 
   /// An empty pool for the backend's devices, creating events with `event_flags` and keeping at
-  /// most `max_idle_per_device` idle events per device in its depots (a Put beyond that destroys
+  /// most `max_idle_per_device` idle events per device in its depots (a Put beyond that retires
   /// the event; each thread's cache holds up to 2 x Policy::cache_capacity more per device),
   /// checking for misuse if `checks` or the environment say so (pool_checks.h).
   /// Throws std::invalid_argument for flags the backend rejects, a limit of 0, or a value of
@@ -77,7 +77,7 @@ class BasicEventPool {
 
   /// Returns `event` to the pool, filed under `device_id`; with -1, under the device the event
   /// records, or the calling thread's current device for an adopted event of unknown device.
-  /// Beyond the idle limit the event is destroyed instead.
+  /// Beyond the idle limit the event is retired instead: never destroyed here (see Trim).
   /// Thread-safe. Lock-free when a spare node exists; otherwise it allocates one node.
   /// Throws, before taking ownership (the caller still owns `event`):
   /// - std::invalid_argument if `event` is empty, or if `device_id` contradicts the event's device;
@@ -105,7 +105,7 @@ class BasicEventPool {
 
   /// Moves the calling thread's cached events of this pool to the depots, where any thread's Get
   /// finds them (a thread does this by itself when it exits). For a thread that is about to sleep
-  /// for long while others keep working. Thread-safe; lock-free apart from destroying events over
+  /// for long while others keep working. Thread-safe; lock-free apart from retiring events over
   /// the idle limit. Never throws.
   void FlushThreadCache() noexcept { core_->FlushThreadCache(); }
 
@@ -120,7 +120,8 @@ class BasicEventPool {
   void Reserve(int device, std::size_t count) { core_->Reserve(device, count); }
 
   /// An event of `device_id` that goes back to this pool, under its own device, when the lease
-  /// dies; the lease may outlive the pool (its event is then destroyed). Goes through the thread
+  /// dies; the lease may outlive the pool (its event is then retired, and destroyed by the deferred
+  /// work: deferred_work.h). Goes through the thread
   /// caches as Get and Put do and writes no pool-wide word. Thread-safe; lock-free as Get and Put
   /// are. Throws what Get throws.
   unique_lease Lease(int device_id = -1) { return unique_lease(*core_, core_->begin_lease(device_id)); }

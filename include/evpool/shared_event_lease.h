@@ -49,7 +49,7 @@ class SharedEventLease {
   }
 
   /// Drops this copy's reference; the last one returns the event to its pool (or forgets it in a
-  /// fork child, or destroys it if the pool is gone). Never throws.
+  /// fork child, or retires it if the pool is gone). Never throws; makes no backend call.
   void reset() noexcept {
     Block *block = std::exchange(block_, nullptr);
     if (block == nullptr || !drop_reference(*block)) return;

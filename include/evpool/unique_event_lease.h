@@ -3,7 +3,8 @@
 // A move-only owner of one pooled event that puts it back into the pool it came from, under the
 // event's own device, when it dies. It may outlive the BasicEventPool it came from: the pool's
 // state lives on until the last lease ends (leases are counted in the thread caches, see
-// detail/event_pool_core.h), and an event whose pool is gone is destroyed.
+// detail/event_pool_core.h), and an event whose pool is gone is retired, to be destroyed by the
+// deferred work (deferred_work.h).
 #pragma once
 
 #include <cstdint>
@@ -50,9 +51,10 @@ class UniqueEventLease {
     return event;
   }
 
-  /// Returns the event to its pool now. Never throws: if the pool cannot take it back (it is
-  /// gone, or has no memory for a magazine), the event is destroyed. An event leased before
-  /// fork() is not returned in the child (its handle belongs to the parent) but forgotten.
+  /// Returns the event to its pool now. Never throws, and makes no backend call: if the pool
+  /// cannot take it back (it is gone, or over its idle limit), the event is retired. An event
+  /// leased before fork() is not returned in the child (its handle belongs to the parent) but
+  /// forgotten.
   void reset() noexcept {
     if (core_ == nullptr) return;
     const bool parents_event = fork_generation_ != detail::fork_generation();

@@ -71,7 +71,14 @@ class FakeCaptureStreams {
         if (other.capture.id == source) other.capture.status = StreamCapture::kInvalidated;
       return refuse(stream, "cudaErrorStreamCaptureMerge");
     }
-    if (!capturing && source != 0) on.capture = {StreamCapture::kActive, source};  // joins the capture
+    if (!capturing && source != 0) {
+      if (!can_join_capture(stream)) {
+        for (auto &[id, other] : streams_)
+          if (other.capture.id == source) other.capture.status = StreamCapture::kInvalidated;
+        return refuse(stream, "cudaErrorStreamCaptureImplicit");
+      }
+      on.capture = {StreamCapture::kActive, source};  // joins the capture
+    }
   }
 
   void give_to_graph(int stream, detail::DeferredWork &owner) {
@@ -81,6 +88,10 @@ class FakeCaptureStreams {
     }
     owners_[streams_.at(stream).capture.id].push_back(&owner);
   }
+
+  /// Stream 0 is the legacy default stream: it cannot join a capture, and the wait that tries
+  /// invalidates the capture, as CUDA does.
+  bool can_join_capture(int stream) const { return stream != 0; }
 
   std::string describe(int stream) const { return "stream " + std::to_string(stream); }
 

@@ -14,7 +14,9 @@
 //   producer        consumer        what the wait becomes
 //   not capturing   not capturing   an eager wait (record, wait), as without graphs
 //   capture X       capture X       a fork/join edge of X's graph (the event: see below)
-//   capture X       not capturing   the consumer joins capture X (CUDA's fork)
+//   capture X       not capturing   the consumer joins capture X (CUDA's fork); refused for the
+//                                   legacy default stream, which cannot join one (CUDA:
+//                                   cudaErrorStreamCaptureImplicit, and X is invalidated)
 //   not capturing   capture X       refused: a capture cannot wait on work outside it (CUDA:
 //                                   cudaErrorStreamCaptureIsolation)
 //   capture X       capture Y       refused: two captures cannot merge (cudaErrorStreamCaptureMerge)
@@ -52,6 +54,7 @@
 //                                            whose run() deletes it) and calls
 //                                            on_graph_destroyed(&owner) when it is destroyed;
 //                                            if it cannot, it defers `owner` and throws
+//   can_join_capture(stream) -> bool         false for the legacy default stream
 //   describe(stream) -> std::string          for messages
 #pragma once
 
@@ -82,6 +85,7 @@ concept CaptureStreams = requires(S &streams, typename S::stream_type stream, ty
   streams.record(event, stream, device, true);
   streams.wait(stream, event, device, true);
   streams.give_to_graph(stream, owner);
+  { streams.can_join_capture(stream) } -> std::same_as<bool>;
   { streams.describe(stream) } -> std::convertible_to<std::string>;
 };
 
@@ -108,12 +112,18 @@ void check_capturable_wait(Streams &streams, typename Streams::stream_type consu
                        produces.status == StreamCapture::kActive && consumes.id != produces.id;
   const bool lost =
       consumes.status == StreamCapture::kInvalidated || produces.status == StreamCapture::kInvalidated;
-  if (!isolated && !merging && !lost) return;
+  const bool unjoinable = consumes.status == StreamCapture::kNone &&
+                          produces.status == StreamCapture::kActive && !streams.can_join_capture(consumer);
+  if (!isolated && !merging && !lost && !unjoinable) return;
   std::string message = "evpool::wait: the consumer, " + std::string(streams.describe(consumer)) + ", is " +
                         describe_capture(consumes) + ", and the producer, " +
                         std::string(streams.describe(producer)) + ", is " + describe_capture(produces) + ": ";
   if (lost)
     message += "a capture that CUDA invalidated cannot take the wait; end it, and capture again";
+  else if (unjoinable)
+    message += "the legacy default stream cannot join a capture (CUDA would fail with "
+               "cudaErrorStreamCaptureImplicit and invalidate the capture); wait on a stream of your own, or on "
+               "evpool::record_external(producer) after the graph is launched";
   else if (isolated)
     message += "a capture cannot wait on work outside it (CUDA would fail with cudaErrorStreamCaptureIsolation "
                "and invalidate the capture); inside the capture, take evpool::wait_external(consumer) and record "

@@ -40,6 +40,9 @@ class EVPOOL_API CudaStreams {
   /// A user object whose destructor defers `owner`, moved into the capture's graph. `owner` is
   /// no longer the caller's, also when this throws CUDAError: then it is deferred.
   void give_to_graph(cudaStream_t stream, DeferredWork &owner);
+  bool can_join_capture(cudaStream_t stream) const noexcept {
+    return stream != nullptr && stream != cudaStreamLegacy;
+  }
   std::string describe(cudaStream_t stream);
 };
 

@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -62,9 +61,6 @@ class DeviceDepots {
   using Depot = detail::Depot<Magazine, Policy, Stack>;
   using Retired = RetiredEvents<Magazine, Stack, Policy::template atomic>;
   static constexpr bool kCountCalls = Policy::count_calls;
-  /// The most retired events a Get that refills its cache destroys: what bounds the driver calls
-  /// that a refill adds (a refill happens once per magazine of Gets).
-  static constexpr std::uint32_t kRetiredDestroyedPerRefill = 8;
 
   /// Throws std::invalid_argument for flags the backend rejects, no device, or an idle limit of 0;
   /// std::bad_alloc.
@@ -139,7 +135,7 @@ class DeviceDepots {
     while (count > 0) {
       const auto places =
           static_cast<std::uint32_t>(depot.reserve_up_to(std::min<std::size_t>(count, fill), max_idle_));
-      if (places == 0) return;  // the depot is full: what is left would be destroyed at once
+      if (places == 0) return;  // the depot is full: what is left would be retired at once
       std::uint32_t index;
       try {
         index = depot.take_empty(arena_);
@@ -218,6 +214,18 @@ class DeviceDepots {
     }
   }
 
+  /// Destroys the device's retired events as they are now: one snapshot, so that threads retiring
+  /// meanwhile cannot keep a Trim going.
+  void destroy_all_retired(int device) noexcept {
+    for (std::uint32_t index = retired_[device].take_all(arena_); index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);  // ours since take_all
+      while (!magazine.empty()) destroy(device, magazine.handles[--magazine.count]);
+      depots_[device].give_empty(index, arena_);
+      index = next;
+    }
+  }
+
   /// The device's retired events (for stats(); exact once no call is in progress).
   std::uint64_t retired(int device) const noexcept { return retired_[device].count(); }
 
@@ -278,7 +286,7 @@ class DeviceDepots {
     if (spare == kNilIndex) return false;
     if (!deposit(slot, device)) {
       depots_[device].give_empty(spare, arena_);
-      return true;  // its events were destroyed: none fit
+      return true;  // its events were retired: none fit
     }
     slot = slot.handing_gets_to(slot_of(spare));
     return true;
@@ -298,7 +306,7 @@ class DeviceDepots {
   void trim(std::size_t keep) noexcept {
     for (int device = 0; device < device_count_; ++device) {
       trim_device(device, keep);
-      destroy_retired(device, std::numeric_limits<std::uint32_t>::max());
+      destroy_all_retired(device);
     }
   }
 

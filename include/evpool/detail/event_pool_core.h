@@ -20,7 +20,7 @@
 //
 // Get(d) takes from the calling thread's cache, which trades a whole magazine with the depot when
 // it runs dry; only when the depot is empty too is an event created, outside any shared state. Put
-// mirrors it, and over the idle limit destroys a magazine's worth. With Policy::cache_capacity == 0
+// mirrors it, and over the idle limit retires a magazine's worth (retired_events.h). With Policy::cache_capacity == 0
 // there are no caches: magazines hold one event, every call goes to the depot, and the pool is the
 // plain lock-free design (per device a stack of events and a stack of spare nodes).
 //
@@ -52,7 +52,7 @@
 // of the last lease, as its last action; every caller of it (close, end_lease_slow) returns at
 // once. A thread inside an owner section keeps the core alive until it exits the section, because
 // close() takes a cache's lease count only after waiting for that section. A lease that ends after
-// its pool is gone destroys its event.
+// its pool is gone retires its event, and the last one defers the core's end (deferred_work.h).
 // A shared lease's control block is recycled through the same caches (shared_lease_block.h), and
 // between threads through the pool's spare block depot (spare_block_depot.h).
 //
@@ -151,7 +151,7 @@ class EventPoolCore final : private DeferredWork {
       leased = caches.retired_leases();
       spare_block_depot_.delete_all();  // no cache can give or take any more
     }
-    // Release: a lease that ends later and sees it (acquire) destroys its event instead.
+    // Release: a lease that ends later and sees it (acquire) retires its event instead.
     closed_.store(true, std::memory_order_release);
     depots().trim(0);
     settle_leases(leased - kLeaseBias, /*by_pool=*/true);  // may delete this: the last action
@@ -226,7 +226,8 @@ class EventPoolCore final : private DeferredWork {
 
   /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
   /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
-  /// or is destroyed if the pool is gone or cannot take it. Never throws. May delete the core.
+  /// or is retired if the pool is gone or cannot take it. Never throws; calls no backend. May
+  /// defer the core's end.
   /// Inlined down to a cache hit with room in the loaded magazine, as Put.
   [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
     if (!forget && event) [[likely]] {
@@ -490,16 +491,17 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // A Get off its fast path may call the driver: it destroys a few retired events
-  // (retired_events.h) and runs the deferred work (deferred_work.h).
+  // (retired_events.h) and runs the deferred work (deferred_work.h), which may be another pool's
+  // (the end of a pool destroyed while leases were out destroys its events).
   void run_driver_work_on_the_way(int device) noexcept {
-    depots_.destroy_retired(device, Depots::kRetiredDestroyedPerRefill);
+    depots_.destroy_retired(device, kRetiredDestroyedPerGet);
     if (deferred_work_waiting()) run_deferred_work();
   }
 
   // Bypassing the cache.
   [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
     Depots &store = depots();
-    if (deferred_work_waiting()) run_deferred_work();
+    run_driver_work_on_the_way(device);  // without caches, every Get: the only way it is done
     handle_type handle;
     if (!store.take_one(device, handle) && !store.take_retired_one(device, handle)) {
       handle = store.create(device);  // may throw: nothing held
@@ -511,7 +513,7 @@ class EventPoolCore final : private DeferredWork {
     return handle;
   }
 
-  // Files the handle under the device; false if it is over the idle limit (the caller destroys
+  // Files the handle under the device; false if it is over the idle limit (the caller retires
   // it). Throws std::bad_alloc or std::length_error when no magazine can be had; then nothing
   // changed and the caller still owns the handle. Inline down to a loaded magazine with room.
   [[gnu::always_inline]] bool keep(handle_type handle, int device, bool adopted) {
@@ -550,7 +552,7 @@ class EventPoolCore final : private DeferredWork {
       throw;
     }
     if constexpr (kCountCalls) store.counts(device).count_put(adopted);
-    return kept;  // not kept: the caller destroys it, through DeviceDepots::destroy
+    return kept;  // not kept: the caller retires it
   }
 
   // ---- Leases, past a hit --------------------------------------------------------------------------
@@ -774,7 +776,7 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // Loaded is filled to the cache's fill limit (or absent): swap in an empty previous, or deposit
-  // a full magazine (destroying its events over the idle limit) and load an empty one. Throws only
+  // a full magazine (retiring its events over the idle limit) and load an empty one. Throws only
   // before changing anything (no empty magazine to be had).
   [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
     if (magazines.previous.held() && magazines.previous.empty()) {
@@ -790,7 +792,7 @@ class EventPoolCore final : private DeferredWork {
     if (magazines.previous.held()) {
       if (!store.deposit(magazines.previous, device)) {
         // Nothing fits under the idle limit: the previous magazine, now emptied, is reused. Not
-        // a trade: a thread that feeds a full depot must not grow what it destroys at a time.
+        // a trade: a thread that feeds a full depot must not grow what it retires at a time.
         store.give_back_empty(device, fresh.index);
         std::swap(magazines.loaded, magazines.previous);
         return;
@@ -803,7 +805,7 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // Every magazine goes to its depot (filled, or empty; what does not fit under the limit is
-  // destroyed), and the cache holds none. By the owner (a flush, or at exit), or by a purger. No
+  // retired), and the cache holds none. By the owner (a flush, or at exit), or by a purger. No
   // fork check of its own: a purger calls it under the registry's lock, which the check's
   // forgetting resets; each caller has made the check.
   void return_magazines(Cache &cache) noexcept {

@@ -11,15 +11,18 @@
 // each on a call that may call the driver:
 //
 //   reused      a Get that finds no idle event takes a retired one instead of creating one
-//   destroyed   a bounded few by each Get that refills its cache from the depot
-//               (DeviceDepots::kRetiredDestroyedPerRefill), every one by Trim, Purge and the
-//               pool's end
+//   destroyed   a bounded few by each Get that refills its cache or goes around it (every Get
+//               of a pool without caches: kRetiredDestroyedPerGet), every one
+//               by Trim, Purge (a snapshot, so that Puts meanwhile cannot keep them going) and
+//               the pool's end
 //   forgotten   in a fork() child, as the idle ones
 //
-// Bound: an event is retired only after it was out, and a Get creates only when it finds neither
-// an idle nor a retired one. So the events alive (out, idle or retired) never exceed the most that
-// were out at once plus the idle bound, as without retirement; the retired ones alone, never the
-// most that were out at once (PoolStats' outstanding_peak_bound bounds both).
+// Bound: an event the pool created is retired only after it was out, and a Get creates only when
+// it finds neither an idle nor a retired one. So of the events the pool created, those alive (out,
+// idle or retired) never exceed the most that were out at once plus the idle bound, as without
+// retirement. Events the pool never handed out (adopted by a Put) are bounded only by the caller:
+// Puts of them over the limit retire them all, and only the Gets' few, Trim and Purge destroy
+// them.
 //
 // The count is kept beside the head, on its own line: one relaxed add per magazine retired or
 // taken, on paths that move a magazine anyway. It runs ahead of the stack while a magazine moves
@@ -34,6 +37,10 @@
 #include "evpool/detail/node_arena.h"
 
 namespace evpool::detail {
+
+/// The most retired events one Get off its fast path destroys: what bounds the driver calls it
+/// adds (with caches, a refill happens once per magazine of Gets).
+inline constexpr std::uint32_t kRetiredDestroyedPerGet = 8;
 
 /// Thread-safety: every member may be called by any number of threads at once, except
 /// forget_all() (a fork child's one forgetting thread). Progress: lock-free.
