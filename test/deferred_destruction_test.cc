@@ -14,6 +14,7 @@
 #include "evpool/deferred_work.h"
 #include "pool_policies.h"
 #include "support/driver_free_threads.h"
+#include "support/idle_events.h"
 
 namespace evpool {
 namespace {
@@ -83,16 +84,14 @@ TYPED_TEST(DeferredDestruction, AGetThatFindsNoIdleEventHandsARetiredOneOutInste
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
   typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, 1);
-  std::vector<typename TestFixture::Event> got;
-  for (int i = 0; i < 600; ++i) got.push_back(pool.Get(0));
-  for (auto &event : got) pool.Put(std::move(event));
-  got.clear();
+  testing_support::fill(pool, 0, 600);
   const std::uint64_t created = counters.created();
   const DeviceStats before = pool.stats().devices[0];
   const std::uint64_t kept = before.idle + before.retired;
   ASSERT_GT(before.retired, 0u);
   // Every event the pool keeps (idle or retired) is handed out before it creates one, less those
   // the Gets that refill a cache destroy on their way.
+  std::vector<typename TestFixture::Event> got;
   for (std::uint64_t i = 0; i < kept; ++i) got.push_back(pool.Get(0));
   EXPECT_EQ(counters.created(), created + counters.destroyed()) << "a Get created while a retired event was kept";
 }
@@ -103,9 +102,7 @@ TYPED_TEST(DeferredDestruction, AGetOffItsFastPathDestroysABoundedFewRetiredEven
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
   typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, 1);
-  std::vector<typename TestFixture::Event> got;
-  for (int i = 0; i < 600; ++i) got.push_back(pool.Get(0));
-  for (auto &event : got) pool.Put(std::move(event));
+  testing_support::fill(pool, 0, 600);
   pool.FlushThreadCache();
   const std::uint64_t retired = pool.retired_events(0);
   constexpr std::uint64_t kFew = detail::kRetiredDestroyedPerGet;
