@@ -60,6 +60,7 @@
 
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -164,15 +165,17 @@ void capture_aware_wait(Streams &streams, typename Streams::stream_type consumer
   check_capturable_wait(streams, consumer, consumes, producer, produces);
   const int producer_device = streams.device_of(producer, produces);
   const int consumer_device = streams.device_of(consumer, consumes);
+  // Inside a capture the graph keeps the event; outside, the lease returns it however this ends.
+  std::optional<decltype(pool.Lease(producer_device))> lease;
+  typename Streams::event_type event;
   if (produces.status == StreamCapture::kActive) {
-    const auto event = lease_to_graph(streams, producer, pool, producer_device);
-    streams.record(event, producer, producer_device, /*external=*/false);
-    streams.wait(consumer, event, consumer_device, /*external=*/false);
-    return;
+    event = lease_to_graph(streams, producer, pool, producer_device);
+  } else {
+    lease.emplace(pool.Lease(producer_device));
+    event = lease->get();
   }
-  auto event = pool.Lease(producer_device);  // back to the pool however this ends
-  streams.record(event.get(), producer, producer_device, /*external=*/false);
-  streams.wait(consumer, event.get(), consumer_device, /*external=*/false);
+  streams.record(event, producer, producer_device, /*external=*/false);
+  streams.wait(consumer, event, consumer_device, /*external=*/false);
 }
 
 /// A pooled event that a graph owns, and its device.
