@@ -91,9 +91,9 @@ constexpr std::size_t kPools = 3, kColumns = std::size(kNames), kWide = 3, kChai
 
 template <class Backend>
 void probe(const Backend &backend, int rounds, long pairs, double quiet_ratio, bool each) {
-  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultFlags);
-  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultFlags);
-  evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultFlags, 1);
+  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultOptions);
+  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
+  evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultOptions, 1);
   auto &own = stacks.of_thread(0);
   pool.Put(pool.Get(0), 0), nostats.Put(nostats.Get(0), 0), own.Put(own.Get(0), 0);  // first events
 

@@ -84,9 +84,9 @@ void sweep(const char *const (&names)[sizeof...(Sources)], long pairs, bool each
 
 template <class Backend>
 void sweep_all(const Backend &backend, long pairs, bool each) {
-  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultFlags);
-  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultFlags);
-  evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultFlags, 1);
+  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultOptions);
+  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
+  evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultOptions, 1);
   sweep({"evpool", "evpool-nostats", "private"}, pairs, each, pool, nostats, stacks.of_thread(0));
 }
 

@@ -33,8 +33,8 @@ class ThreadPrivateStacks {
   /// One thread's stacks, one per device. Only its owner thread may call Get and Put.
   class alignas(detail::kFalseSharingRange) OwnStacks {
    public:
-    OwnStacks(Backend backend, unsigned event_flags)
-        : backend_(std::move(backend)), event_flags_(event_flags), device_count_(backend_.device_count()),
+    OwnStacks(Backend backend, typename Backend::options_type options)
+        : backend_(std::move(backend)), options_(std::move(options)), device_count_(backend_.device_count()),
           devices_(std::make_unique<DeviceStack[]>(static_cast<std::size_t>(device_count_))) {}
     OwnStacks(const OwnStacks &) = delete;
     OwnStacks &operator=(const OwnStacks &) = delete;
@@ -46,7 +46,7 @@ class ThreadPrivateStacks {
     /// The most recently put idle event of `device`, or a new one.
     event_type Get(int device) {
       DeviceStack &stack = devices_[device];
-      if (stack.size == 0) return backend_.adopt(backend_.create(event_flags_, device), device);
+      if (stack.size == 0) return backend_.adopt(backend_.create(options_, device), device);
       return backend_.adopt(stack.idle[--stack.size], device);
     }
 
@@ -67,15 +67,14 @@ class ThreadPrivateStacks {
     };
 
     Backend backend_;
-    unsigned event_flags_;
+    typename Backend::options_type options_;
     int device_count_;
     std::unique_ptr<DeviceStack[]> devices_;
   };
 
-  ThreadPrivateStacks(const Backend &backend, unsigned event_flags, int threads) {
+  ThreadPrivateStacks(const Backend &backend, typename Backend::options_type options, int threads) {
     per_thread_.reserve(static_cast<std::size_t>(threads));
-    for (int t = 0; t < threads; ++t)
-      per_thread_.push_back(std::make_unique<OwnStacks>(backend, event_flags));
+    for (int t = 0; t < threads; ++t) per_thread_.push_back(std::make_unique<OwnStacks>(backend, options));
   }
 
   /// The stacks of `thread`, for that thread alone (and for set-up before the threads run).

@@ -69,7 +69,7 @@ template <template <class> class Pool, class Backend>
 class SharedPool : public CountedVariant<Backend> {
  public:
   SharedPool(const Backend &backend, int /*threads*/)
-      : CountedVariant<Backend>(backend), pool_(this->backend_, Backend::kDefaultFlags) {}
+      : CountedVariant<Backend>(backend), pool_(this->backend_, Backend::kDefaultOptions) {}
   Pool<CountingBackend<Backend>> &source(int /*thread*/) { return pool_; }
 
   /// Of the Gets so far, pre-warming included, the share served by an idle event: for the pools
@@ -129,7 +129,7 @@ class PrivateStacks : public CountedVariant<Backend> {
 
  public:
   PrivateStacks(const Backend &backend, int threads)
-      : CountedVariant<Backend>(backend), stacks_(this->backend_, Backend::kDefaultFlags, threads) {}
+      : CountedVariant<Backend>(backend), stacks_(this->backend_, Backend::kDefaultOptions, threads) {}
   auto &source(int thread) { return stacks_.of_thread(thread); }
 
  private:
@@ -144,7 +144,7 @@ class NoPool : public CountedVariant<Backend> {
   NoPool(const Backend &backend, int /*threads*/) : CountedVariant<Backend>(backend) {}
   NoPool &source(int /*thread*/) { return *this; }
   event_type Get(int device) {
-    return this->adopt(this->backend_.create(Backend::kDefaultFlags, device), device);
+    return this->adopt(this->backend_.create(Backend::kDefaultOptions, device), device);
   }
   void Put(event_type &&event, int /*device*/) { this->backend_.destroy(event.release()); }
 };
@@ -173,7 +173,7 @@ class Carrier : public CountedVariant<Backend> {
    public:
     ReturnPath(Carrier &carrier, int device) : carrier_(carrier) {
       for (std::size_t i = 0; i < kEventsPerPair; ++i)
-        ring_.push(carrier_.backend_.create(Backend::kDefaultFlags, device));
+        ring_.push(carrier_.backend_.create(Backend::kDefaultOptions, device));
     }
     ReturnPath(const ReturnPath &) = delete;
     ReturnPath &operator=(const ReturnPath &) = delete;

@@ -4,9 +4,9 @@
 
 namespace evpool {
 
-void CUDABackend::validate_flags(unsigned flags) const { detail::validate_event_flags(flags); }
+void CUDABackend::validate_options(unsigned flags) const { detail::validate_event_flags(flags); }
 
-// The pool validated the flags once, when it was constructed (validate_flags).
+// The pool validated the flags once, when it was constructed (validate_options).
 cudaEvent_t CUDABackend::create(unsigned flags, int device) { return detail::create_event_on(device, flags); }
 
 void CUDABackend::destroy(cudaEvent_t handle) noexcept { detail::destroy_event_tolerating_exit(handle); }

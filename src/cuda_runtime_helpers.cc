@@ -47,4 +47,30 @@ cudaEvent_t create_event_on(int &device, unsigned flags) {
   return handle;
 }
 
+cudaError_t destroy_stream_tolerating_exit(cudaStream_t handle) noexcept {
+  const cudaError_t error = cudaStreamDestroy(handle);
+  if (error == cudaErrorCudartUnloading) return cudaSuccess;  // as for events, above
+  return error;
+}
+
+void validate_stream_options(unsigned flags, int priority) {
+  if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
+    throw std::invalid_argument("evpool: stream flags " + std::to_string(flags) +
+                                " are neither cudaStreamDefault (0) nor cudaStreamNonBlocking (1)");
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  if (priority < greatest || priority > least)  // lower numbers are greater priorities
+    throw std::invalid_argument("evpool: stream priority " + std::to_string(priority) +
+                                " is outside the device's range [" + std::to_string(greatest) + ", " +
+                                std::to_string(least) + "] (greatest to least)");
+}
+
+cudaStream_t create_stream_on(int &device, unsigned flags, int priority) {
+  ScopedCurrentDevice scope(device);
+  cudaStream_t handle = nullptr;
+  check_cuda(cudaStreamCreateWithPriority(&handle, flags, priority), "cudaStreamCreateWithPriority");
+  if (device == -1) device = scope.previous();
+  return handle;
+}
+
 }  // namespace evpool::detail

@@ -20,4 +20,18 @@ void validate_event_flags(unsigned flags);
 /// CUDAError.
 cudaEvent_t create_event_on(int &device, unsigned flags);
 
+/// cudaStreamDestroy, tolerating a runtime that is unloading, as destroy_event_tolerating_exit.
+cudaError_t destroy_stream_tolerating_exit(cudaStream_t handle) noexcept;
+
+/// Throws std::invalid_argument, naming the value and what CUDA accepts, unless `flags` is
+/// cudaStreamDefault or cudaStreamNonBlocking and `priority` lies in the range that
+/// cudaDeviceGetStreamPriorityRange reports for the current device (CUDA would clamp it
+/// silently). Throws CUDAError if that range cannot be had.
+void validate_stream_options(unsigned flags, int priority);
+
+/// cudaStreamCreateWithPriority on `device` (-1: the current one, which `device` then names on
+/// return), with options already validated; the caller's current device is restored. Throws
+/// CUDAError.
+cudaStream_t create_stream_on(int &device, unsigned flags, int priority);
+
 }  // namespace evpool::detail

@@ -243,9 +243,9 @@ TYPED_TEST(BasicEventPoolTest, DestructionDestroysIdleEvents) {
 
 TYPED_TEST(BasicEventPoolTest, ReportsItsConfiguration) {
   EXPECT_EQ(this->pool.device_count(), 3);
-  EXPECT_EQ(this->pool.event_flags(), HostBackend::kDefaultFlags);
+  EXPECT_EQ(this->pool.options(), HostBackend::kDefaultOptions);
   BasicEventPool<HostBackend, TypeParam> flagged(this->backend, 0x5u);
-  EXPECT_EQ(flagged.event_flags(), 0x5u);
+  EXPECT_EQ(flagged.options(), 0x5u);
 }
 
 // A backend that reports a device count the pool cannot use.

@@ -1,10 +1,13 @@
 // BasicEventPool under concurrency, through HostBackend: 2 to 64 threads doing random Get, Put and
 // Purge on several devices, with faults injected into creates and events handed between threads;
-// every scenario runs with per-thread caches on and off.
+// every scenario runs with per-thread caches on and off. The stream scenarios run the same over
+// HostStreamBackend (the core's stream paths): tokens are put back busy at random, and some go
+// back bare, for the pool to ask their device.
 //
 // Invariants checked:
 // - no token is ever held by two holders at once (a ledger flag per token, flipped with RMWs);
 // - every Get(d) returns an event that records d and whose token was created on d;
+// - streams: no Get returns a token that is still busy;
 // - none is lost: once the threads stop, created = destroyed + idle + held.
 #include <gtest/gtest.h>
 
@@ -22,6 +25,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/host_stream_backend.h"
 
 namespace evpool {
 namespace {
@@ -46,6 +50,8 @@ class Ledger {
       wrong_device_.fetch_add(1, std::memory_order_relaxed);
   }
 
+  void got_busy() { handed_busy_.fetch_add(1, std::memory_order_relaxed); }
+
   void giving_back(const Event &event) {
     const std::uint64_t serial = HostBackend::serial_of(event.get());
     if (serial < held_.size() && held_[serial].exchange(0, std::memory_order_relaxed) != 1)
@@ -57,34 +63,38 @@ class Ledger {
     EXPECT_EQ(held_twice_.load(), 0u) << "an event was handed to two holders at once";
     EXPECT_EQ(wrong_device_.load(), 0u) << "Get(d) returned an event of another device";
     EXPECT_EQ(returned_unheld_.load(), 0u) << "an event was returned by a non-holder";
+    EXPECT_EQ(handed_busy_.load(), 0u) << "Get returned a stream whose work was pending";
   }
 
  private:
   std::vector<std::atomic<std::uint8_t>> held_;
-  std::atomic<std::uint64_t> overflow_{0}, held_twice_{0}, wrong_device_{0}, returned_unheld_{0};
+  std::atomic<std::uint64_t> overflow_{0}, held_twice_{0}, wrong_device_{0}, returned_unheld_{0}, handed_busy_{0};
 };
 
 struct Scenario {
   int threads;
   int devices;
-  bool faults;   // every 5th create attempt fails
-  bool handoff;  // events got on one thread are put back by another
-  bool purges;   // Purge runs among Gets and Puts
-  bool cached;   // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+  bool faults;           // every 5th create attempt fails
+  bool handoff;          // events got on one thread are put back by another
+  bool purges;           // Purge runs among Gets and Puts
+  bool cached;           // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+  bool streams = false;  // HostStreamBackend
   std::string name() const {
-    return std::to_string(threads) + "threads_" + std::to_string(devices) + "devices" + (faults ? "_faults" : "") +
-           (handoff ? "_handoff" : "") + (purges ? "_purges" : "") + test::policy_suffix(cached);
+    return std::string(streams ? "streams_" : "") + std::to_string(threads) + "threads_" +
+           std::to_string(devices) + "devices" + (faults ? "_faults" : "") + (handoff ? "_handoff" : "") +
+           (purges ? "_purges" : "") + test::policy_suffix(cached);
   }
 };
 
-template <class Policy>
+template <class Backend, class Policy>
 void run_scenario(const Scenario &scenario) {
-  using Pool = BasicEventPool<HostBackend, Policy>;
+  using Pool = BasicEventPool<Backend, Policy>;
+  constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kTotalOperations = 400'000;
   constexpr std::size_t kMaxHeld = 6;
   const int operations = std::max(1000, kTotalOperations / scenario.threads);
 
-  HostBackend backend(scenario.devices);
+  Backend backend(scenario.devices);
   if (scenario.faults)
     backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt % 5 == 0; });
   Pool pool(backend);
@@ -108,6 +118,8 @@ void run_scenario(const Scenario &scenario) {
         try {
           Event event = pool.Get(use_current ? -1 : device);
           ledger.got(event, device);
+          if constexpr (kStreams)
+            if (backend.pending_queries(event.get()) != 0) ledger.got_busy();
           held.push_back(std::move(event));
         } catch (const HostBackendFault &) {
           faults_seen.fetch_add(1, std::memory_order_relaxed);
@@ -125,6 +137,10 @@ void run_scenario(const Scenario &scenario) {
         // Put with -1 must use the event's own device even when another one is current.
         backend.set_current_device(pick_device());
         const int device = event.device_id();
+        if constexpr (kStreams) {
+          if (random() % 3 == 0) backend.make_busy(event.get(), 1 + random() % 3);  // work enqueued
+          if (random() % 8 == 0) event = backend.adopt(event.release(), -1);        // bare: the pool asks it
+        }
         pool.Put(std::move(event), random() % 2 == 0 ? -1 : device);
       } else if (action < 92 && scenario.purges) {
         pool.Purge();
@@ -175,7 +191,12 @@ class PoolConcurrency : public testing::TestWithParam<Scenario> {};
 
 TEST_P(PoolConcurrency, NoEventIsHeldTwiceLostOrOfTheWrongDevice) {
   const Scenario scenario = GetParam();
-  test::with_policy(scenario.cached, [&]<class Policy>() { run_scenario<Policy>(scenario); });
+  test::with_policy(scenario.cached, [&]<class Policy>() {
+    if (scenario.streams)
+      run_scenario<test::HostStreamBackend, Policy>(scenario);
+    else
+      run_scenario<HostBackend, Policy>(scenario);
+  });
 }
 
 std::vector<Scenario> scenarios() {
@@ -188,6 +209,8 @@ std::vector<Scenario> scenarios() {
     all.push_back({8, 3, false, false, true, cached});
     all.push_back({8, 3, true, false, false, cached});
     all.push_back({8, 2, false, true, false, cached});
+    for (int threads : {4, 16, 64}) all.push_back({threads, 4, true, true, true, cached, /*streams=*/true});
+    all.push_back({16, 1, false, false, false, cached, /*streams=*/true});
   }
   return all;
 }

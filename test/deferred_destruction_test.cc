@@ -44,7 +44,7 @@ TYPED_TEST(DeferredDestruction, PutsOverTheIdleLimitRetireAndTrimDestroysOnItsOw
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
   constexpr std::size_t kLimit = 4, kGot = 1000;  // several of the largest magazines over the limit
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, kLimit);
   std::vector<typename TestFixture::Event> got;
   for (std::size_t i = 0; i < kGot; ++i) got.push_back(pool.Get(0));
   on_driver_free_thread([&] {
@@ -65,7 +65,7 @@ TYPED_TEST(DeferredDestruction, PutsOverTheIdleLimitRetireAndTrimDestroysOnItsOw
 TYPED_TEST(DeferredDestruction, LeasesEndingAfterTheirPoolCallNoBackendAndTheDeferredWorkEndsThePool) {
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
-  std::optional<typename TestFixture::Pool> pool(std::in_place, backend, HostBackend::kDefaultFlags, 2);
+  std::optional<typename TestFixture::Pool> pool(std::in_place, backend, HostBackend::kDefaultOptions, 2);
   std::vector<typename TestFixture::Pool::unique_lease> leases;
   for (int i = 0; i < 300; ++i) leases.push_back(pool->Lease(0));
   auto shared = pool->LeaseShared(0);
@@ -83,7 +83,7 @@ TYPED_TEST(DeferredDestruction, LeasesEndingAfterTheirPoolCallNoBackendAndTheDef
 TYPED_TEST(DeferredDestruction, AGetThatFindsNoIdleEventHandsARetiredOneOutInsteadOfCreating) {
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, 1);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, 1);
   testing_support::fill(pool, 0, 600);
   const std::uint64_t created = counters.created();
   const DeviceStats before = pool.stats().devices[0];
@@ -101,7 +101,7 @@ TYPED_TEST(DeferredDestruction, AGetThatFindsNoIdleEventHandsARetiredOneOutInste
 TYPED_TEST(DeferredDestruction, AGetOffItsFastPathDestroysABoundedFewRetiredEvents) {
   HostBackend counters(1);
   DriverFreeCheckingBackend backend(counters);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, 1);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, 1);
   testing_support::fill(pool, 0, 600);
   pool.FlushThreadCache();
   const std::uint64_t retired = pool.retired_events(0);

@@ -251,7 +251,7 @@ TEST(PoolAfterFork, AUniqueLeaseOfTheParentDyingInTheChildNeitherReturnsNorDestr
 // retired), not destroy them.
 TEST(PoolAfterFork, AParentsPoolEndedByTheChildsDeferredWorkDestroysNoneOfItsParentsEvents) {
   HostBackend backend(1);
-  std::optional<Pool> pool(std::in_place, backend, HostBackend::kDefaultFlags, 1);
+  std::optional<Pool> pool(std::in_place, backend, HostBackend::kDefaultOptions, 1);
   auto first = pool->Lease(0);
   auto last = pool->Lease(0);
   pool.reset();
@@ -362,14 +362,13 @@ struct ReportAtThreadExit {
 // back by hand here, as the interrupted lookup would set it.)
 TEST(PoolAfterFork, AFlushThroughAHintThatSurvivedTheForkMovesNoneOfTheParentsEvents) {
   HostBackend backend(1);
-  Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);
+  Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/2);
   fill(pool, 0, 4);  // 4 idle in this thread's cache, none in the depot
   const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
   const detail::ThreadCacheDirectory directory = detail::this_thread_caches;
-  ASSERT_NE(directory.hint, nullptr) << "the thread's cache is hinted";
+  ASSERT_NE(directory.hints[0].cache, nullptr) << "the thread's cache is hinted";
   const int failures = in_child([&] {
-    detail::this_thread_caches.hint_id = directory.hint_id;
-    detail::this_thread_caches.hint = directory.hint;
+    detail::this_thread_caches.hints[0] = directory.hints[0];
     pool.FlushThreadCache();
     int bits = backend.destroyed() != destroyed ? 1 : 0;  // a parent's event destroyed
     for (int i = 0; i < 4; ++i) {
@@ -429,7 +428,7 @@ TEST(PoolAfterFork, AForkInsideTheSlowLookupAfterItsCheckStillForgetsTheParentsE
 
 TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParentsEvents) {
   HostBackend backend(1);
-  Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/2);
+  Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/2);
   int status = -1;
   std::thread([&] {
     thread_local ReportAtThreadExit report;  // constructed before the thread's cache directory
@@ -481,7 +480,7 @@ std::vector<std::string> fork_while_an_operation_is_in_flight(Setup setup, InFli
   for (;; ++stall_at) {
     testing_support::restart_depot_stripe_hints();
     HostBackend backend(1);
-    SteppedPool pool(backend, HostBackend::kDefaultFlags, kLimit);
+    SteppedPool pool(backend, HostBackend::kDefaultOptions, kLimit);
     setup(pool);
     int status = 0;
     StallStrategy strategy(stall_at);

@@ -178,7 +178,7 @@ class ScenarioRun {
  public:
   explicit ScenarioRun(const Scenario &scenario)
       : scenario_(scenario), backend_(scenario.devices),
-        pool_(std::in_place, backend_, LedgerBackend::kDefaultFlags, scenario.max_idle),
+        pool_(std::in_place, backend_, LedgerBackend::kDefaultOptions, scenario.max_idle),
         holdings_(scenario.threads.size()), held_on_(static_cast<std::size_t>(scenario.devices), 0) {
     testing_support::restart_depot_stripe_hints();
     DeterministicScheduler::StepBudget budget;

@@ -6,7 +6,8 @@
 // asked for, and none is lost: once every lease is gone and the pool purged, created = destroyed.
 // The memory orders of the shared count show only under ThreadSanitizer, which ./tools/test runs
 // this suite under.
-// Every case runs with per-thread caches on and off.
+// Every case runs with per-thread caches on and off, and some over HostStreamBackend, where unique
+// leases end with their stream busy at random and no lease may begin with a busy one.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -22,30 +23,43 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/host_stream_backend.h"
 
 namespace evpool {
 namespace {
 
+std::uint32_t backend_pending(const test::HostStreamBackend &backend, std::uint64_t token) {
+  return backend.pending_queries(token);
+}
+std::uint32_t backend_pending(const HostBackend &, std::uint64_t) { return 0; }
+
 struct LeaseScenario {
   int threads;
-  bool cached;  // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+  bool cached;           // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
+  bool streams = false;  // HostStreamBackend
+  std::string name() const {
+    return std::string(streams ? "streams_" : "") + std::to_string(threads) + "threads" +
+           test::policy_suffix(cached);
+  }
 };
 
-template <class Policy>
+template <class Backend, class Policy>
 void run_leases(int threads) {
-  using Pool = BasicEventPool<HostBackend, Policy>;
+  using Pool = BasicEventPool<Backend, Policy>;
+  constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kDevices = 3;
   constexpr int kOperations = 4000;
-  HostBackend backend(kDevices);
+  Backend backend(kDevices);
   std::uint64_t created = 0, destroyed = 0;
   {
-    Pool pool(backend, HostBackend::kDefaultFlags, 16);
+    Pool pool(backend, HostBackend::kDefaultOptions, 16);
     const std::size_t serials = static_cast<std::size_t>(threads) * kOperations + 64;
     std::vector<std::atomic<std::uint8_t>> held_by_unique(serials);
     // Live copies of each shared lease, by its event's serial; a copy counts off just before it
     // is dropped, so the count is 0 by the time the last drop returns the event.
     std::vector<std::atomic<int>> shared_copies(serials);
-    std::atomic<int> held_twice{0}, wrong_device{0}, moved_under_a_copy{0};
+    std::atomic<int> held_twice{0}, wrong_device{0}, moved_under_a_copy{0}, handed_busy{0};
+    const auto busy = [&](auto handle) { return kStreams && backend_pending(backend, handle) != 0; };
     std::mutex board_mutex;
     std::vector<typename Pool::shared_lease> board;  // shared copies in flight between threads
 
@@ -61,13 +75,17 @@ void run_leases(int threads) {
             if (held_by_unique.at(serial).exchange(1, std::memory_order_relaxed) != 0) ++held_twice;
             if (shared_copies.at(serial).load() != 0) ++held_twice;
             if (lease.device_id() != device || HostBackend::device_of(lease.get()) != device) ++wrong_device;
+            if (busy(lease.get())) ++handed_busy;
             mine.push_back(std::move(lease));
             break;
           }
           case 1:
             if (!mine.empty()) {
               held_by_unique.at(HostBackend::serial_of(mine.back().get())).store(0, std::memory_order_relaxed);
-              mine.pop_back();  // returns the event
+              if constexpr (kStreams)
+                if (random() % 2 == 0)
+                  backend.make_busy(mine.back().get(), 1 + random() % 3);  // work enqueued
+              mine.pop_back();                                             // returns the event
             }
             break;
           case 2: {
@@ -77,6 +95,7 @@ void run_leases(int threads) {
             shared_copies.at(serial).fetch_add(2);
             if (shared.device_id() != device || HostBackend::device_of(shared.get()) != device)
               ++wrong_device;
+            if (busy(shared.get())) ++handed_busy;
             std::lock_guard<std::mutex> lock(board_mutex);
             board.push_back(shared);
             board.push_back(std::move(shared));
@@ -124,33 +143,38 @@ void run_leases(int threads) {
     EXPECT_EQ(held_twice.load(), 0) << "an event was held by two leases at once";
     EXPECT_EQ(wrong_device.load(), 0) << "a lease got an event of another device";
     EXPECT_EQ(moved_under_a_copy.load(), 0) << "a shared lease's event left while a copy held it";
+    EXPECT_EQ(handed_busy.load(), 0) << "a lease began with a stream whose work was pending";
   }
   created = backend.created();
   destroyed = backend.destroyed();
   EXPECT_EQ(created, destroyed) << "the pool's destruction must account for every event";
 }
 
-void PrintTo(const LeaseScenario &scenario, std::ostream *out) {
-  *out << scenario.threads << " threads" << test::policy_suffix(scenario.cached);
-}
+void PrintTo(const LeaseScenario &scenario, std::ostream *out) { *out << scenario.name(); }
 
 class LeaseConcurrency : public testing::TestWithParam<LeaseScenario> {};
 
 TEST_P(LeaseConcurrency, NothingIsHeldTwiceOrLost) {
   const LeaseScenario scenario = GetParam();
-  test::with_policy(scenario.cached, [&]<class Policy>() { run_leases<Policy>(scenario.threads); });
+  test::with_policy(scenario.cached, [&]<class Policy>() {
+    if (scenario.streams)
+      run_leases<test::HostStreamBackend, Policy>(scenario.threads);
+    else
+      run_leases<HostBackend, Policy>(scenario.threads);
+  });
 }
 
 std::vector<LeaseScenario> lease_scenarios() {
   std::vector<LeaseScenario> all;
-  for (bool cached : {true, false})
+  for (bool cached : {true, false}) {
     for (int threads : {2, 4, 8, 16, 32}) all.push_back({threads, cached});
+    for (int threads : {4, 16}) all.push_back({threads, cached, /*streams=*/true});
+  }
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::ValuesIn(lease_scenarios()), [](const auto &info) {
-  return std::to_string(info.param.threads) + "threads" + test::policy_suffix(info.param.cached);
-});
+INSTANTIATE_TEST_SUITE_P(Threads, LeaseConcurrency, testing::ValuesIn(lease_scenarios()),
+                         [](const auto &info) { return info.param.name(); });
 
 }  // namespace
 }  // namespace evpool

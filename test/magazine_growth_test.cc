@@ -159,7 +159,7 @@ TEST(MagazineGrowth, EndingLeasesFillsToTheLimitLikePut) {
 TEST(MagazineGrowth, AThreadFeedingAFullDepotDoesNotGrow) {
   HostBackend backend(1);
   constexpr std::size_t kLimit = 8;
-  Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  Pool pool(backend, HostBackend::kDefaultOptions, kLimit);
   get_and_put(pool, 16 * kCapacity);  // the depot fills to the limit; the rest is retired
   // Had those hand-overs counted as trades, the cache would keep up to 2 x capacity.
   const DeviceStats figures = pool.stats().devices[0];

@@ -50,7 +50,7 @@ void expect_no_event_idle_twice(Pool &pool, HostBackend &backend, int devices) {
 
 TEST(CheckedPool, ASecondPutOfAnIdleEventIsRefusedAndTheDuplicateIsNotDestroyed) {
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   ASSERT_TRUE(pool.checked());
   const Token token = pool.Get(1).release();  // the caller now owns a bare token
   pool.Put(backend.adopt(token, 1));
@@ -80,7 +80,7 @@ TEST(CheckedPool, ASecondPutOfAnIdleEventIsRefusedAndTheDuplicateIsNotDestroyed)
 // the checks must refuse it whatever device it names, or two Gets hand the handle to two holders.
 TEST(CheckedPool, ASecondPutUnderAnotherDeviceIsRefused) {
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   const Token token = pool.Get(0).release();
   backend.set_current_device(0);
   pool.Put(backend.adopt(token, -1));  // filed under the current device, 0
@@ -107,7 +107,7 @@ TEST(CheckedPool, ASecondPutUnderAnotherDeviceIsRefused) {
 // An event the pool handed out for device 0, wrapped again as adopted and put under device 1.
 TEST(CheckedPool, AnEventPutUnderAnotherDeviceThanItWasGotForIsRefused) {
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   const Token token = pool.Get(0).release();
   Event stray = backend.adopt(token, -1);
   try {
@@ -124,7 +124,7 @@ TEST(CheckedPool, AnEventPutUnderAnotherDeviceThanItWasGotForIsRefused) {
 
 TEST(CheckedPool, ALeaseEndingOnAnIdleCopyDoesNotDestroyIt) {
   HostBackend backend(1);
-  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   {
     auto lease = pool.Lease(0);
     pool.Put(backend.adopt(lease.get(), 0));  // misuse: the leased event put back by hand
@@ -138,7 +138,7 @@ TEST(CheckedPool, ALeaseEndingOnAnIdleCopyDoesNotDestroyIt) {
 
 TEST(CheckedPool, AContradictingDeviceIsStillAnErrorAndTheCallerKeepsItsEvent) {
   HostBackend backend(2);
-  Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   Event event = pool.Get(0);
   EXPECT_THROW(pool.Put(std::move(event), 1), std::invalid_argument);
   ASSERT_TRUE(event);
@@ -151,7 +151,7 @@ TEST(CheckedPool, DoublePutsFromManyThreadsAreAllRefusedAndThePoolStaysConsisten
   constexpr int kThreads = 6, kRounds = 500;
   HostBackend backend(kThreads);
   {
-    Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+    Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
     std::atomic<int> refused{0}, accepted_twice{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t)
@@ -183,7 +183,7 @@ TEST(CheckedPool, DoublePutsFromManyThreadsAreAllRefusedAndThePoolStaysConsisten
 TEST(CheckedPool, DoublePutsRacingWithOtherThreadsGetsLeaveThePoolConsistent) {
   HostBackend backend(1);
   {
-    Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+    Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
     std::atomic<int> refused{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 6; ++t)
@@ -212,7 +212,7 @@ TEST(CheckedPool, OutstandingEventsAreReportedWithWhereTheyWereGot) {
   std::vector<Event> kept;
   testing::internal::CaptureStderr();
   {
-    Pool pool(backend, HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn);
+    Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
     kept.push_back(pool.Get(1));
     kept.push_back(pool.Get(1));
     pool.Put(pool.Get(0));
@@ -260,7 +260,7 @@ TEST(CheckedEnvironment, ZeroEmptyOrUnsetLeaveThemOffAndKOnStillWins) {
   for (const char *value : {"0", "", static_cast<const char *>(nullptr)}) {
     const ScopedCheckedVariable off(value);
     EXPECT_FALSE(Pool{HostBackend(1)}.checked()) << (value ? value : "(unset)");
-    EXPECT_TRUE(Pool(HostBackend(1), HostBackend::kDefaultFlags, kUnlimitedIdle, Checks::kOn).checked());
+    EXPECT_TRUE(Pool(HostBackend(1), HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn).checked());
   }
 }
 

@@ -73,7 +73,7 @@ TYPED_TEST(PoolOptions, ReserveStopsAtTheFirstFailedCreateAndKeepsWhatItMade) {
 // before anything is created.
 TYPED_TEST(PoolOptions, ReserveOverTheIdleLimitIsRefusedAndCreatesNothing) {
   HostBackend backend(1);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/8);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/8);
   try {
     pool.Reserve(0, 100000);
     ADD_FAILURE() << "Reserve(0, 100000) under an idle limit of 8 was accepted";
@@ -91,7 +91,7 @@ TYPED_TEST(PoolOptions, ReserveOverTheIdleLimitIsRefusedAndCreatesNothing) {
 // Where the depot already holds some, Reserve creates only what still fits, and destroys none.
 TYPED_TEST(PoolOptions, ReserveStopsWhereTheDepotIsFull) {
   HostBackend backend(1);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/8);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/8);
   pool.Reserve(0, 5);
   pool.Reserve(0, 8);
   EXPECT_EQ(backend.created(), 8u) << "the second Reserve must stop at the limit";
@@ -174,7 +174,7 @@ TYPED_TEST(PoolOptions, TrimKeepsKIdleEventsOfEachDevice) {
 TYPED_TEST(PoolOptions, PutBeyondTheIdleLimitRetiresTheEventForTrimToDestroy) {
   HostBackend backend(2);
   constexpr std::size_t kLimit = 3;
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, kLimit);
   EXPECT_EQ(pool.max_idle_per_device(), kLimit);
   if constexpr (!kCached<TypeParam>) {
     std::vector<Event> events;
@@ -241,13 +241,13 @@ TYPED_TEST(PoolOptions, PutBeyondTheIdleLimitRetiresTheEventForTrimToDestroy) {
 TYPED_TEST(PoolOptions, AnIdleLimitOfZeroIsRejected) {
   HostBackend backend(1);
   using Pool = typename TestFixture::Pool;
-  EXPECT_THROW(Pool(backend, HostBackend::kDefaultFlags, 0), std::invalid_argument);
+  EXPECT_THROW(Pool(backend, HostBackend::kDefaultOptions, 0), std::invalid_argument);
 }
 
 TYPED_TEST(PoolOptions, TheIdleLimitHoldsUnderConcurrency) {
   HostBackend backend(1);
   constexpr std::size_t kLimit = 4;
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, kLimit);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {

@@ -79,7 +79,7 @@ TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
 
 TYPED_TEST(PoolStatsTest, PurgeAndTheIdleLimitCountWhatTheyDestroy) {
   HostBackend backend(1);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/10);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/10);
   std::vector<Event> got;
   for (int i = 0; i < 200; ++i) got.push_back(pool.Get(0));
   for (Event &event : got) pool.Put(std::move(event));
@@ -258,7 +258,7 @@ TEST(PoolStatsCollection, AThreadExitingDuringStatsHasItsEventsMovedToTheDepotBy
 // pool really hands out without creating.
 TYPED_TEST(PoolStatsTest, ExactOnceThreadsStopAfterAStorm) {
   HostBackend backend(2);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, /*max_idle_per_device=*/100);
+  typename TestFixture::Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/100);
   HostBackend outsider(2);
   constexpr int kThreads = 6, kSteps = 20'000;
   std::atomic<std::int64_t> outstanding{0}, peak{0};

@@ -77,7 +77,7 @@ void run(bool destroy_pool_while_ending) {
   constexpr int kBeginners = 2, kEnders = 2, kRounds = 4000;
   HostBackend backend(1);
   {
-    auto pool = std::make_unique<Pool>(backend, HostBackend::kDefaultFlags, 64);
+    auto pool = std::make_unique<Pool>(backend, HostBackend::kDefaultOptions, 64);
     Board board(1 << 20);
     Queue queue;
     std::atomic<int> beginners_left{kBeginners};

@@ -2,7 +2,9 @@
 // where membarrier is refused (the owners' fenced path, test/pool_policies.h): threads
 // that exit holding cached events, a pool destroyed while threads with caches for it are parked,
 // Purge racing Gets and Puts while other threads sleep on full caches, leases that change threads,
-// outlive their pool and outlive the threads that began them, and the idle bound.
+// outlive their pool and outlive the threads that began them, and the idle bound. The pool with
+// caches and the one without run each test for streams too (HostStreamBackend: the core's stream
+// paths, with nothing busy; concurrency_test.cc puts streams back busy).
 //
 // Each test states the invariant it checks and a change to the core that makes it fail (each was
 // tried).
@@ -20,7 +22,9 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,6 +32,7 @@
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
+#include "support/host_stream_backend.h"
 #include "tracked_backend.h"
 
 namespace evpool {
@@ -39,15 +44,35 @@ using test::CachePolicies;
 using test::kCached;
 using test::kPerThreadCacheBound;
 using test::PolicyName;
-using test::TrackedBackend;
 
-template <class Policy>
+// A policy over a backend: events (HostBackend) or streams (HostStreamBackend).
+template <class BackendType, class PolicyType>
+struct Over {
+  using Backend = BackendType;
+  using Policy = PolicyType;
+};
+using Configurations =
+    testing::Types<Over<HostBackend, DefaultPoolPolicy>, Over<HostBackend, NoCachePolicy<>>,
+                   Over<HostBackend, test::OwnersFenceFullyPolicy>, Over<test::HostStreamBackend, DefaultPoolPolicy>,
+                   Over<test::HostStreamBackend, NoCachePolicy<>>>;
+struct ConfigurationName {
+  template <class Configuration>
+  static std::string GetName(int index) {
+    return (std::is_same_v<typename Configuration::Backend, HostBackend> ? "" : "Streams") +
+           PolicyName::GetName<typename Configuration::Policy>(index);
+  }
+};
+
+template <class Configuration>
 class ThreadCacheConcurrency : public testing::Test {
  protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
+  using Backend = typename Configuration::Backend;
+  using Policy = typename Configuration::Policy;
+  using TrackedBackend = test::Tracked<Backend>;
+  using Pool = BasicEventPool<Backend, Policy>;
   using TrackedPool = BasicEventPool<TrackedBackend, Policy>;
 };
-TYPED_TEST_SUITE(ThreadCacheConcurrency, CachePolicies, PolicyName);
+TYPED_TEST_SUITE(ThreadCacheConcurrency, Configurations, ConfigurationName);
 
 // Gets `count` events of `device`, then puts them back in a shuffled order.
 template <class Pool>
@@ -67,7 +92,7 @@ void get_and_put_back(Pool &pool, int device, std::size_t count, std::mt19937 &r
 // what was created. Fails if a thread's exit does not flush its cache.
 TYPED_TEST(ThreadCacheConcurrency, ThreadsExitingWithCachedEventsLeaveThemToTheDepots) {
   constexpr int kThreads = 4, kDevices = 2, kRounds = 4;
-  HostBackend backend(kDevices);
+  typename TestFixture::Backend backend(kDevices);
   typename TestFixture::Pool pool(backend);
   // This thread's cache exists before any other thread exits, and every thread registers before
   // any exits: no registration after an exit collects an exited thread's cache in its stead.
@@ -120,8 +145,8 @@ TYPED_TEST(ThreadCacheConcurrency, ThreadsExitingWithCachedEventsLeaveThemToTheD
 // the exiting threads flush into the freed core).
 TYPED_TEST(ThreadCacheConcurrency, APoolDestroyedWhileThreadsHoldCachesForItNeitherWaitsNorLeaks) {
   constexpr int kThreads = 3, kEvents = 40;
-  HostBackend backend(2);
-  TrackedBackend tracked(backend);
+  typename TestFixture::Backend backend(2);
+  typename TestFixture::TrackedBackend tracked(backend);
   const std::weak_ptr<const int> core = tracked.watch();
   std::optional<typename TestFixture::TrackedPool> pool(std::in_place, std::move(tracked));
   std::latch cached(kThreads), resume(1);
@@ -155,7 +180,7 @@ TYPED_TEST(ThreadCacheConcurrency, APoolDestroyedWhileThreadsHoldCachesForItNeit
           break;
         }
         case 1: {  // other pools, of their own backend
-          HostBackend other_backend(1);
+          typename TestFixture::Backend other_backend(1);
           for (int i = 0; i < 2; ++i) {
             typename TestFixture::Pool other(other_backend);
             get_and_put_back(other, 0, 50, random);
@@ -183,7 +208,7 @@ TYPED_TEST(ThreadCacheConcurrency, APoolDestroyedWhileThreadsHoldCachesForItNeit
   EXPECT_EQ(backend.destroyed(), created) << "cached events of parked threads leaked";
   EXPECT_TRUE(core.expired()) << "no lease is alive: the destructor must delete the core";
 
-  pool.emplace(TrackedBackend(backend));
+  pool.emplace(typename TestFixture::TrackedBackend(backend));
   resume.count_down();
   for (std::thread &thread : threads) thread.join();
   EXPECT_EQ(dead_handed_out.load(), 0) << "the new pool handed out a destroyed pool's event";
@@ -201,12 +226,12 @@ TYPED_TEST(ThreadCacheConcurrency, APoolDestroyedWhileThreadsHoldCachesForItNeit
 TYPED_TEST(ThreadCacheConcurrency, PurgeRacingGetsAndPutsDestroysTheCachesOfSleepingThreads) {
   constexpr int kSleepers = 2, kWorkers = 2, kPurges = 20;
   constexpr std::size_t kPerSleeper = 64;  // with caches: two full magazines, nothing in the depot
-  HostBackend backend(2);
+  typename TestFixture::Backend backend(2);
   typename TestFixture::Pool pool(backend);
   // Without caches the sleepers' events lie in device 0's depot, where workers would take them
   // (and then rightly keep them through a Purge): there the workers keep to device 1.
-  const int worker_devices = kCached<TypeParam> ? 2 : 1;
-  const int first_worker_device = kCached<TypeParam> ? 0 : 1;
+  const int worker_devices = kCached<typename TestFixture::Policy> ? 2 : 1;
+  const int first_worker_device = kCached<typename TestFixture::Policy> ? 0 : 1;
 
   std::set<Token> sleeping;
   std::mutex sleeping_mutex;
@@ -289,8 +314,8 @@ TYPED_TEST(ThreadCacheConcurrency, PurgeRacingGetsAndPutsDestroysTheCachesOfSlee
 TYPED_TEST(ThreadCacheConcurrency, LeasesChangingThreadsAndOutlivingThePoolAndTheirThreads) {
   using Pool = typename TestFixture::TrackedPool;
   constexpr int kBeginners = 2, kEnders = 3, kLeasesEach = 60, kOperations = 600;
-  HostBackend backend(2);
-  TrackedBackend tracked(backend);
+  typename TestFixture::Backend backend(2);
+  typename TestFixture::TrackedBackend tracked(backend);
   const std::weak_ptr<const int> core = tracked.watch();
   std::optional<Pool> pool(std::in_place, std::move(tracked));
 
@@ -429,9 +454,9 @@ TYPED_TEST(ThreadCacheConcurrency, TheIdleBoundHoldsWhileThreadsLiveAndIsTheLimi
   constexpr int kThreads = 4, kRounds = 6;
   // More than two full magazines: the cache must overflow, and caches that kept everything
   // would break the bound.
-  constexpr std::size_t kLastBurst = kPerThreadCacheBound<TypeParam> + 100;
-  HostBackend backend(1);
-  typename TestFixture::Pool pool(backend, HostBackend::kDefaultFlags, kLimit);
+  constexpr std::size_t kLastBurst = kPerThreadCacheBound<typename TestFixture::Policy> + 100;
+  typename TestFixture::Backend backend(1);
+  typename TestFixture::Pool pool(backend, TestFixture::Backend::kDefaultOptions, kLimit);
   std::barrier sync(kThreads + 1);
   auto bursts = [&](std::mt19937 &random) {
     for (int round = 0; round < kRounds; ++round)
@@ -449,7 +474,7 @@ TYPED_TEST(ThreadCacheConcurrency, TheIdleBoundHoldsWhileThreadsLiveAndIsTheLimi
 
   sync.arrive_and_wait();
   const std::uint64_t idle = backend.created() - backend.destroyed() - pool.retired_events(0);
-  EXPECT_LE(idle, kLimit + kThreads * kPerThreadCacheBound<TypeParam>)
+  EXPECT_LE(idle, kLimit + kThreads * kPerThreadCacheBound<typename TestFixture::Policy>)
       << "more idle events than limit + threads x 2 x cache_capacity";
   pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed()) << "Purge missed events in live threads' caches";

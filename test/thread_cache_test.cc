@@ -282,7 +282,7 @@ TYPED_TEST(ThreadCache, ALeaseMayEndOnAnotherThreadAndAfterItsPool) {
 TYPED_TEST(ThreadCache, FlushThreadCacheHandsTheCallersEventsToEveryThreadWithinTheLimit) {
   HostBackend backend(1);
   constexpr std::size_t kLimit = 10;
-  typename TestFixture::Pool pool(backend), limited(backend, HostBackend::kDefaultFlags, kLimit);
+  typename TestFixture::Pool pool(backend), limited(backend, HostBackend::kDefaultOptions, kLimit);
   std::vector<Event> got;
   got.push_back(pool.Get(0));  // this thread's cache exists: no registration collects anything
   ParkedThread parked;

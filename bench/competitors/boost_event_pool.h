@@ -21,8 +21,9 @@ class BoostLockfreeEventPool {
  public:
   using event_type = typename Backend::event_type;
 
-  explicit BoostLockfreeEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
-      : backend_(std::move(backend)), event_flags_(event_flags), device_count_(backend_.device_count()),
+  explicit BoostLockfreeEventPool(Backend backend = Backend(),
+                                  typename Backend::options_type options = Backend::kDefaultOptions)
+      : backend_(std::move(backend)), options_(std::move(options)), device_count_(backend_.device_count()),
         devices_(std::make_unique<std::unique_ptr<Stack>[]>(static_cast<std::size_t>(device_count_))) {
     for (int device = 0; device < device_count_; ++device)
       devices_[device] = std::make_unique<Stack>(kInitialNodes);
@@ -34,7 +35,7 @@ class BoostLockfreeEventPool {
   event_type Get(int device) {
     typename Backend::handle_type handle;
     if (devices_[device]->pop(handle)) return backend_.adopt(handle, device);
-    return backend_.adopt(backend_.create(event_flags_, device), device);
+    return backend_.adopt(backend_.create(options_, device), device);
   }
 
   void Put(event_type &&event, int device) {
@@ -53,7 +54,7 @@ class BoostLockfreeEventPool {
   static constexpr std::size_t kInitialNodes = 64;
 
   Backend backend_;
-  unsigned event_flags_;
+  typename Backend::options_type options_;
   int device_count_;
   std::unique_ptr<std::unique_ptr<Stack>[]> devices_;  // each stack is cache-line aligned by Boost
 };

@@ -18,8 +18,9 @@ class MutexEventPool {
  public:
   using event_type = typename Backend::event_type;
 
-  explicit MutexEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
-      : backend_(std::move(backend)), event_flags_(event_flags),
+  explicit MutexEventPool(Backend backend = Backend(),
+                          typename Backend::options_type options = Backend::kDefaultOptions)
+      : backend_(std::move(backend)), options_(std::move(options)),
         devices_(std::make_unique<detail::CacheLinePadded<DeviceList>[]>(
             static_cast<std::size_t>(backend_.device_count()))),
         device_count_(backend_.device_count()) {}
@@ -37,7 +38,7 @@ class MutexEventPool {
         return backend_.adopt(handle, device);
       }
     }
-    return backend_.adopt(backend_.create(event_flags_, device), device);
+    return backend_.adopt(backend_.create(options_, device), device);
   }
 
   void Put(event_type &&event, int device) {
@@ -62,7 +63,7 @@ class MutexEventPool {
   };
 
   Backend backend_;
-  unsigned event_flags_;
+  typename Backend::options_type options_;
   std::unique_ptr<detail::CacheLinePadded<DeviceList>[]> devices_;
   int device_count_;
 };

@@ -24,8 +24,9 @@ class SpinlockEventPool {
  public:
   using event_type = typename Backend::event_type;
 
-  explicit SpinlockEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags)
-      : backend_(std::move(backend)), event_flags_(event_flags) {
+  explicit SpinlockEventPool(Backend backend = Backend(),
+                             typename Backend::options_type options = Backend::kDefaultOptions)
+      : backend_(std::move(backend)), options_(std::move(options)) {
     device_lists_.resize(static_cast<std::size_t>(backend_.device_count()));
   }
   SpinlockEventPool(const SpinlockEventPool &) = delete;
@@ -35,7 +36,7 @@ class SpinlockEventPool {
   event_type Get(int device_id = -1) {
     if (device_id == -1) device_id = backend_.current_device();
     event_type event = GetFromPool(device_id);
-    if (!event) return backend_.adopt(backend_.create(event_flags_, device_id), device_id);
+    if (!event) return backend_.adopt(backend_.create(options_, device_id), device_id);
     return event;
   }
 
@@ -92,7 +93,7 @@ class SpinlockEventPool {
   }
 
   Backend backend_;
-  unsigned event_flags_;
+  typename Backend::options_type options_;
   Lock lock_;
   EventEntry *spare_ = nullptr;
   std::vector<EventEntry *> device_lists_;

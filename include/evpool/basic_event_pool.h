@@ -41,19 +41,20 @@ class BasicEventPool {
   using policy_type = Policy;
   using event_type = typename Backend::event_type;
   using handle_type = typename Backend::handle_type;
+  using options_type = typename Backend::options_type;
   using unique_lease = UniqueEventLease<Core>;
   using shared_lease = SharedEventLease<Core>;
 
-  /// An empty pool for the backend's devices, creating events with `event_flags` and keeping at
+  /// An empty pool for the backend's devices, creating events with `options` and keeping at
   /// most `max_idle_per_device` idle events per device in its depots (a Put beyond that retires
   /// the event; each thread's cache holds up to 2 x Policy::cache_capacity more per device),
   /// checking for misuse if `checks` or the environment say so (pool_checks.h).
-  /// Throws std::invalid_argument for flags the backend rejects, a limit of 0, or a value of
+  /// Throws std::invalid_argument for options the backend rejects, a limit of 0, or a value of
   /// EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot count its
   /// devices (CUDAError where CUDA has no driver or no device).
-  explicit BasicEventPool(Backend backend = Backend(), unsigned event_flags = Backend::kDefaultFlags,
+  explicit BasicEventPool(Backend backend = Backend(), options_type options = Backend::kDefaultOptions,
                           std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
-      : core_(new Core(std::move(backend), event_flags, max_idle_per_device, checks)) {}
+      : core_(new Core(std::move(backend), std::move(options), max_idle_per_device, checks)) {}
 
   BasicEventPool(const BasicEventPool &) = delete;
   BasicEventPool &operator=(const BasicEventPool &) = delete;
@@ -153,8 +154,8 @@ class BasicEventPool {
   /// Number of devices, fixed at construction. Thread-safe, wait-free.
   int device_count() const noexcept { return core_->device_count(); }
 
-  /// The flags events are created with. Thread-safe, wait-free.
-  unsigned event_flags() const noexcept { return core_->event_flags(); }
+  /// The options events are created with (CUDA events: their flags). Thread-safe, wait-free.
+  const options_type &options() const noexcept { return core_->options(); }
 
   /// The most idle events kept per device (kUnlimitedIdle: no limit). Thread-safe, wait-free.
   std::size_t max_idle_per_device() const noexcept { return core_->max_idle_per_device(); }
@@ -169,9 +170,8 @@ class BasicEventPool {
   /// std::out_of_range for a device outside the pool. Thread-safe, wait-free.
   std::uint64_t retired_events(int device_id) const { return core_->retired_events(device_id); }
 
- protected:
-  /// On stderr, the events still outstanding, in checked mode (for pools that are never destroyed,
-  /// at exit). Thread-safe; never throws.
+  /// On stderr, the events still outstanding, in checked mode: for pools that are never
+  /// destroyed, at exit (the process-wide pools call it then). Thread-safe; never throws.
   void report_outstanding_at_exit() noexcept { core_->report_outstanding(false); }
 
  private:

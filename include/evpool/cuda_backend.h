@@ -15,12 +15,13 @@ namespace evpool {
 /// Every member is thread-safe (the CUDA runtime is).
 struct EVPOOL_API CUDABackend {
   using handle_type = cudaEvent_t;
+  using options_type = unsigned;  // cudaEventCreateWithFlags' flags
   using event_type = CUDAEvent;
-  static constexpr unsigned kDefaultFlags = cudaEventDisableTiming;
+  static constexpr unsigned kDefaultOptions = cudaEventDisableTiming;
 
   /// std::invalid_argument for flags CUDA would reject.
-  void validate_flags(unsigned flags) const;
-  /// A new event on `device` with flags that passed validate_flags; the caller's current device
+  void validate_options(unsigned flags) const;
+  /// A new event on `device` with flags that passed validate_options; the caller's current device
   /// is restored. Throws CUDAError.
   cudaEvent_t create(unsigned flags, int device);
   /// Destroys `handle`; errors are ignored (see CUDAEvent's destructor).

@@ -44,6 +44,9 @@ class EVPOOL_API CUDAEventPool : public BasicEventPool<CUDABackend> {
   /// instance_for(cudaEventDisableTiming). Thread-safe; never destroyed. Throws
   /// std::invalid_argument for flags CUDA would reject, and CUDAError as instance() does.
   static CUDAEventPool &instance_for(unsigned event_flags);
+
+  /// The flags events are created with. Thread-safe, wait-free.
+  unsigned event_flags() const noexcept { return options(); }
 };
 
 }  // namespace evpool

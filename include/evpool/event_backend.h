@@ -1,11 +1,14 @@
-// evpool: the concept of an event backend, the seam between the pool and the events it pools.
+// evpool: the concept of a backend, the seam between the pool and the handles it pools.
 //
 // Design rationale
 // ----------------
 // All pool logic (BasicEventPool and the baselines it is measured against) is written against
-// this concept, never against CUDA directly. CUDABackend supplies real CUDA events; HostBackend
-// supplies host tokens with fault injection, so that every line of pool code runs, and is tested
-// under ThreadSanitizer, on machines without a GPU.
+// this concept, never against CUDA directly. CUDABackend supplies real CUDA events,
+// CUDAStreamBackend real CUDA streams; HostBackend and HostStreamBackend supply host tokens with
+// fault injection, so that every line of pool code runs, and is tested under ThreadSanitizer, on
+// machines without a GPU. The concept still says "event" for whatever a backend pools: the pool is
+// the same for every kind of handle, and what differs between kinds (how a handle is created,
+// whether it can be busy, how its device is found) is asked of the backend.
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"
@@ -22,22 +25,29 @@ namespace evpool {
 /// - `event_type`: the move-only owner of one handle that Get returns and Put takes (CUDAEvent),
 ///   which remembers its device (-1 if unknown), gives its handle up with `release()` and tests
 ///   non-empty with `explicit operator bool`;
-/// - `kDefaultFlags`, and `validate_flags(flags)`, which throws std::invalid_argument for flags
-///   the backend cannot create events with;
-/// - `create(flags, device)`: a new event on `device` (a valid ordinal), leaving the calling
+/// - `options_type`: what a pool creates its events with (CUDA events: their flags; CUDA streams:
+///   flags and priority), `kDefaultOptions`, and `validate_options(options)`, which throws
+///   std::invalid_argument for options the backend cannot create events with, naming the value;
+/// - `create(options, device)`: a new event on `device` (a valid ordinal), leaving the calling
 ///   thread's current device as it was; throws on failure;
 /// - `destroy(handle)`: destroys an event, never throws;
 /// - `adopt(handle, device)`: wraps a handle of `device` into an owning `event_type`;
 /// - `device_count()` and `current_device()` (of the calling thread).
 /// Backends are copyable; copies refer to the same underlying event source.
+///
+/// Two members are optional, and a pool uses them only where the backend has them:
+/// - `has_pending_work(handle)`: true while work enqueued on the handle has not completed (CUDA
+///   streams). A pool never hands such a handle out (BusyHandleBackend below);
+/// - `query_device(handle)`: the device of a handle adopted without one, asked of the handle
+///   itself (cudaStreamGetDevice), or -1 if it cannot tell (DeviceQueryingBackend below).
 template <class B>
 concept EventBackend = std::copy_constructible<B> && std::is_trivially_copyable_v<typename B::handle_type> &&
-    std::movable<typename B::event_type> &&
+    std::movable<typename B::event_type> && std::copyable<typename B::options_type> &&
     requires(B &backend, const B &const_backend, typename B::handle_type handle,
-             typename B::event_type &event, unsigned flags, int device) {
-  { B::kDefaultFlags } -> std::convertible_to<unsigned>;
-  const_backend.validate_flags(flags);
-  { backend.create(flags, device) } -> std::same_as<typename B::handle_type>;
+             typename B::event_type &event, const typename B::options_type &options, int device) {
+  { B::kDefaultOptions } -> std::convertible_to<typename B::options_type>;
+  const_backend.validate_options(options);
+  { backend.create(options, device) } -> std::same_as<typename B::handle_type>;
   { backend.destroy(handle) }
   noexcept;
   { backend.adopt(handle, device) } -> std::same_as<typename B::event_type>;
@@ -46,6 +56,21 @@ concept EventBackend = std::copy_constructible<B> && std::is_trivially_copyable_
   { event.release() } -> std::same_as<typename B::handle_type>;
   { std::as_const(event).device_id() } -> std::same_as<int>;
   static_cast<bool>(std::as_const(event));
+};
+
+/// A backend whose handles can be busy: work enqueued on one may still be pending when it is put
+/// back. Never throws; may call the driver.
+template <class B>
+concept BusyHandleBackend = EventBackend<B> && requires(const B &backend, typename B::handle_type handle) {
+  { backend.has_pending_work(handle) }
+  noexcept->std::same_as<bool>;
+};
+
+/// A backend that can tell a handle's device from the handle alone. Never throws; -1 if it cannot.
+template <class B>
+concept DeviceQueryingBackend = EventBackend<B> && requires(const B &backend, typename B::handle_type handle) {
+  { backend.query_device(handle) }
+  noexcept->std::same_as<int>;
 };
 
 }  // namespace evpool

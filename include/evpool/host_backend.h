@@ -40,7 +40,8 @@ class EVPOOL_API HostBackend {
 
  public:
   using handle_type = std::uint64_t;
-  static constexpr unsigned kDefaultFlags = 0;
+  using options_type = unsigned;
+  static constexpr unsigned kDefaultOptions = 0;
   static constexpr int kMaxDevices = 1 << 15;
 
   /// The move-only owner of one token; destroys it through its backend when it dies. The backend
@@ -93,7 +94,7 @@ class EVPOOL_API HostBackend {
   explicit HostBackend(int device_count = 1);
 
   /// Accepts every flag value: tokens have no flags.
-  void validate_flags(unsigned) const noexcept {}
+  void validate_options(unsigned) const noexcept {}
 
   /// A new token of `device`. Thread-safe. Throws HostBackendFault if the fault predicate says so
   /// for this attempt, and std::out_of_range for a device outside [0, device_count()).

@@ -23,7 +23,8 @@ namespace evpool::testing_support {
 class LedgerBackend {
  public:
   using handle_type = std::uint64_t;
-  static constexpr unsigned kDefaultFlags = 0;
+  using options_type = unsigned;
+  static constexpr unsigned kDefaultOptions = 0;
 
   class Ledger {
    public:
@@ -117,7 +118,7 @@ class LedgerBackend {
   explicit LedgerBackend(int device_count = 1)
       : device_count_(device_count), ledger_(std::make_shared<Ledger>(device_count)) {}
 
-  void validate_flags(unsigned) const noexcept {}
+  void validate_options(unsigned) const noexcept {}
   handle_type create(unsigned /*flags*/, int device) {
     if (device < 0 || device >= device_count_) throw std::out_of_range("LedgerBackend::create");
     return ledger_->create(device);

@@ -22,8 +22,9 @@ struct Token {
 struct MinimalBackend {
   using handle_type = std::uint64_t;
   using event_type = Token;
-  static constexpr unsigned kDefaultFlags = 0;
-  void validate_flags(unsigned) const {}
+  using options_type = unsigned;
+  static constexpr unsigned kDefaultOptions = 0;
+  void validate_options(unsigned) const {}
   handle_type create(unsigned, int) { return 1; }
   void destroy(handle_type) noexcept {}
   Token adopt(handle_type handle, int device) noexcept { return Token{handle, device}; }

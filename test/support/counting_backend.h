@@ -21,8 +21,8 @@ class CountingBackend : public Inner {
   explicit CountingBackend(Inner inner = Inner())
       : Inner(std::move(inner)), counts_(std::make_shared<Counts>()) {}
 
-  handle_type create(unsigned flags, int device) {
-    handle_type handle = Inner::create(flags, device);
+  handle_type create(const typename Inner::options_type &options, int device) {
+    handle_type handle = Inner::create(options, device);
     // Relaxed: statistics, read after the threads that change them have stopped.
     counts_->created.fetch_add(1, std::memory_order_relaxed);
     return handle;

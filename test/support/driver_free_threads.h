@@ -19,9 +19,9 @@ inline bool &this_thread_is_driver_free() {
 struct DriverFreeCheckingBackend : HostBackend {
   explicit DriverFreeCheckingBackend(const HostBackend &counters) : HostBackend(counters) {}
 
-  handle_type create(unsigned flags, int device) {
+  handle_type create(const options_type &options, int device) {
     note();
-    return HostBackend::create(flags, device);
+    return HostBackend::create(options, device);
   }
   void destroy(handle_type token) noexcept {
     note();

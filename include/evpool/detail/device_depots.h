@@ -55,6 +55,7 @@ template <EventBackend Backend, class Policy, class Magazine>
 class DeviceDepots {
  public:
   using handle_type = typename Backend::handle_type;
+  using options_type = typename Backend::options_type;
   using Slot = MagazineSlot<Magazine, Policy::count_calls>;
   using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
@@ -62,11 +63,11 @@ class DeviceDepots {
   using Retired = RetiredEvents<Magazine, Stack, Policy::template atomic>;
   static constexpr bool kCountCalls = Policy::count_calls;
 
-  /// Throws std::invalid_argument for flags the backend rejects, no device, or an idle limit of 0;
+  /// Throws std::invalid_argument for options the backend rejects, no device, or an idle limit of 0;
   /// std::bad_alloc.
-  DeviceDepots(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
-      : backend_(std::move(backend)), event_flags_(event_flags), max_idle_(max_idle_per_device) {
-    backend_.validate_flags(event_flags_);
+  DeviceDepots(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks)
+      : backend_(std::move(backend)), options_(std::move(options)), max_idle_(max_idle_per_device) {
+    backend_.validate_options(options_);
     device_count_ = backend_.device_count();
     if (device_count_ <= 0)
       throw std::invalid_argument("evpool: the backend reports " + std::to_string(device_count_) +
@@ -87,7 +88,7 @@ class DeviceDepots {
   Backend &backend() noexcept { return backend_; }
   const Backend &backend() const noexcept { return backend_; }
   int device_count() const noexcept { return device_count_; }
-  unsigned event_flags() const noexcept { return event_flags_; }
+  const options_type &options() const noexcept { return options_; }
   std::size_t max_idle() const noexcept { return max_idle_; }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
   /// Checked mode's records (pool_checks.h), or nullptr.
@@ -106,7 +107,7 @@ class DeviceDepots {
 
   /// A new event of the device, counted. Throws what the backend throws; then nothing changed.
   handle_type create(int device) {
-    const handle_type handle = backend_.create(event_flags_, device);
+    const handle_type handle = backend_.create(options_, device);
     if constexpr (kCountCalls) counts_[device].count_created(1);
     return handle;
   }
@@ -384,7 +385,7 @@ class DeviceDepots {
   };
 
   Backend backend_;
-  unsigned event_flags_;
+  options_type options_;
   std::size_t max_idle_;
   int device_count_ = 0;
   Arena arena_;

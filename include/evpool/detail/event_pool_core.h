@@ -107,6 +107,7 @@ class EventPoolCore final : private DeferredWork {
  public:
   using event_type = typename Backend::event_type;
   using handle_type = typename Backend::handle_type;
+  using options_type = typename Backend::options_type;
   template <class T>
   using atomic = typename Policy::template atomic<T>;
   using Fence = typename Policy::fence;
@@ -122,13 +123,15 @@ class EventPoolCore final : private DeferredWork {
   static_assert(!kCached || kCacheGrowthTrades >= 1, "growth needs at least one trade");
   static constexpr std::uint32_t kReserveFill = kCached ? kCacheStartCapacity : 1;
   static constexpr bool kCountCalls = Policy::count_calls;
+  // Handles that may be busy when put back are never handed out busy (take_older_or_bypass).
+  static constexpr bool kBusyHandles = BusyHandleBackend<Backend>;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
   using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
   using Cache = ThreadCache<EventPoolCore>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
-  EventPoolCore(Backend backend, unsigned event_flags, std::size_t max_idle_per_device, Checks checks)
-      : depots_(std::move(backend), event_flags, max_idle_per_device, checks) {
+  EventPoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks)
+      : depots_(std::move(backend), std::move(options), max_idle_per_device, checks) {
     // Only a warm-up: the process registers for membarrier (once; it may wait for the kernel)
     // here rather than in some thread's first Get.
     if constexpr (kCached) (void)Fence::owners_fence_fully();
@@ -206,8 +209,8 @@ class EventPoolCore final : private DeferredWork {
   void FlushThreadCache() noexcept {
     if constexpr (kCached) {
       ThreadCacheDirectory &directory = this_thread_caches;
-      Cache *cache = directory.hint_id == id_ ? static_cast<Cache *>(directory.hint)
-                                              : static_cast<Cache *>(find_thread_cache(id_));
+      ThreadCacheLink *link = directory.hinted(id_);
+      Cache *cache = static_cast<Cache *>(link != nullptr ? link : find_thread_cache(id_));
       if (cache != nullptr && cache->owner_enter()) {
         // The fork check comes after the lookup and before the magazines are read: a hint that
         // a fork from a signal handler left the child finds them forgotten.
@@ -255,8 +258,14 @@ class EventPoolCore final : private DeferredWork {
     if (Cache *cache = enter_own_cache()) [[likely]] {
       auto &magazines = cache->owner_magazines(device);
       block = take_spare_block(*cache);
-      if (block != nullptr && !magazines.loaded.empty()) [[likely]]
-        return fill_block(block, take_and_exit(*cache, magazines, 1), device);
+      if (block != nullptr && !magazines.loaded.empty()) [[likely]] {
+        try {
+          return fill_block(block, take_and_exit(*cache, magazines, device, 1), device);
+        } catch (...) {  // only where handles can be busy: the Get that replaces a busy one failed
+          recycle_block(block);
+          throw;
+        }
+      }
       cache->owner_exit();
     }
     return begin_shared_lease_slow(block, device);
@@ -372,7 +381,7 @@ class EventPoolCore final : private DeferredWork {
   bool checked() const noexcept { return depots_.checker() != nullptr; }
 
   int device_count() const noexcept { return depots_.device_count(); }
-  unsigned event_flags() const noexcept { return depots_.event_flags(); }
+  const options_type &options() const noexcept { return depots_.options(); }
   std::size_t max_idle_per_device() const noexcept { return depots_.max_idle(); }
   std::size_t node_count() const noexcept { return depots_.node_count(); }
   std::uint64_t retired_events(int device_id) const {
@@ -461,19 +470,47 @@ class EventPoolCore final : private DeferredWork {
       // An absent magazine's slot counts 0, so one test covers both.
       if (magazines.loaded.empty()) [[unlikely]]
         return obtain_refilling(*cache, device, leases);
-      return take_and_exit(*cache, magazines, leases);
+      return take_and_exit(*cache, magazines, device, leases);
     }
     return obtain_from_depot(device, leases);
   }
 
   // The end of a Get from the cache: an event out of the loaded magazine (not empty), which
-  // counts the Get too (Slot::take), and the call ends.
+  // counts the Get too (Slot::take), and the call ends. Throws only where handles can be busy
+  // (from take_older_or_bypass); never for events.
   [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
-                                                   int leases) noexcept {
+                                                   int device, int leases) noexcept(!kBusyHandles) {
     const handle_type handle = magazines.loaded.take();
+    if constexpr (kBusyHandles)
+      if (depots_.backend().has_pending_work(handle)) [[unlikely]]
+        return take_older_or_bypass(cache, magazines, handle, device, leases);
     if (leases != 0) cache.owner_count_leases(leases);
     cache.owner_exit();
     return handle;
+  }
+
+  // Busy handles (CUDA streams: work of their last holder is still pending). The loaded
+  // magazine's newest handle, just taken, is busy. Its oldest, at the bottom, has had the longest
+  // to finish: if that one is idle it is handed out, and the busy one takes its place at the
+  // bottom, where it is asked last. A thread that puts streams back busy and gets them again
+  // (enqueue, hand back, get) so cycles through its cached streams in order, two queries a Get,
+  // with no shared write. If the oldest is busy too, the newest goes back on top and the Get goes
+  // to the depot, which hands out no busy handle either and creates a new one if it must.
+  [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
+                                                     handle_type busy, int device, int leases) {
+    auto &loaded = magazines.loaded;
+    if (!loaded.empty()) {
+      handle_type &oldest = loaded.magazine->handles[0];
+      if (!depots_.backend().has_pending_work(oldest)) {
+        const handle_type idle = std::exchange(oldest, busy);
+        if (leases != 0) cache.owner_count_leases(leases);
+        cache.owner_exit();
+        return idle;
+      }
+    }
+    loaded.untake();  // as it was: the Get is counted by the depot's way instead
+    cache.owner_exit();
+    return obtain_from_depot(device, leases);
   }
 
   // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
@@ -484,7 +521,7 @@ class EventPoolCore final : private DeferredWork {
       cache.owner_exit();
       return obtain_from_depot(device, leases);
     }
-    const handle_type handle = take_and_exit(cache, magazines, leases);
+    const handle_type handle = take_and_exit(cache, magazines, device, leases);
     // Outside the owner section: deferred work may end leases of this very pool.
     run_driver_work_on_the_way(device);
     return handle;
@@ -503,7 +540,7 @@ class EventPoolCore final : private DeferredWork {
     Depots &store = depots();
     run_driver_work_on_the_way(device);  // without caches, every Get: the only way it is done
     handle_type handle;
-    if (!store.take_one(device, handle) && !store.take_retired_one(device, handle)) {
+    if (!take_idle_from_depot(store, device, handle)) {
       handle = store.create(device);  // may throw: nothing held
       if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
@@ -511,6 +548,33 @@ class EventPoolCore final : private DeferredWork {
     if (store.checker()) store.checker()->on_handed_out(device, handle);
     if (leases != 0) count_leases(leases);
     return handle;
+  }
+
+  // An idle event of the depot, or else a retired one, into `handle`; false if there is neither.
+  // Where handles can be busy, one that is busy goes back (to the depot if it still fits, else
+  // among the retired) and the caller creates instead: at most one query each.
+  bool take_idle_from_depot(Depots &store, int device, handle_type &handle) noexcept {
+    if (store.take_one(device, handle)) {
+      if (!is_busy(handle)) return true;
+      bool back = false;
+      try {
+        back = store.give_one(device, handle);
+      } catch (...) {
+      }
+      if (!back) store.retire_one(device, handle);
+    }
+    if (store.take_retired_one(device, handle)) {
+      if (!is_busy(handle)) return true;
+      store.retire_one(device, handle);
+    }
+    return false;
+  }
+
+  bool is_busy(handle_type handle) const noexcept {
+    if constexpr (kBusyHandles)
+      return depots_.backend().has_pending_work(handle);
+    else
+      return false;
   }
 
   // Files the handle under the device; false if it is over the idle limit (the caller retires
@@ -700,8 +764,8 @@ class EventPoolCore final : private DeferredWork {
 
   [[gnu::always_inline]] Cache *this_thread_cache() noexcept {
     ThreadCacheDirectory &directory = this_thread_caches;
-    if (directory.hint_id == id_) [[likely]]
-      return static_cast<Cache *>(directory.hint);
+    if (ThreadCacheLink *hinted = directory.hinted(id_)) [[likely]]
+      return static_cast<Cache *>(hinted);
     return find_or_register_cache();
   }
 
@@ -877,7 +941,10 @@ class EventPoolCore final : private DeferredWork {
   }
 
   [[gnu::always_inline]] int device_for_put(const event_type &event, int device_id) const {
-    const int recorded = event.device_id();
+    int recorded = event.device_id();
+    // An adopted handle (no device recorded) is asked, where the backend can ask it (streams).
+    if constexpr (DeviceQueryingBackend<Backend>)
+      if (recorded == -1) recorded = depots_.backend().query_device(event.get());
     if (device_id == -1) return resolve_device(recorded, "Put");
     depots_.check_device(device_id, "Put");
     if (recorded != -1 && recorded != device_id) [[unlikely]]

@@ -48,6 +48,8 @@ struct MagazineSlot {
     tally += kOneGet - 1;
     return magazine->handles[tally & kCountMask];
   }
+  /// Undoes the take() just made: the handle is back on top, and the Get uncounted.
+  void untake() noexcept { tally -= kOneGet - 1; }
   [[gnu::always_inline]] void put(Handle handle) noexcept {
     magazine->handles[tally++ & kCountMask] = handle;
   }

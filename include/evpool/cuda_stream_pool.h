@@ -1,0 +1,150 @@
+// evpool: CUDAStreamPool and CUDAStreamLease, a drop-in replacement for DALI's dali::CUDAStreamPool.
+//
+// Same signature as DALI's (Get returns a lease, Put, Purge, instance()), so that code written
+// for it compiles once the namespace is evpool. Underneath is the event pool's core
+// (BasicEventPool) over CUDAStreamBackend: per-thread caches in front of lock-free per-device
+// depots, leases that may outlive their pool, Reserve, Trim, an idle limit, stats, checked mode,
+// fork and exit safety. What streams add:
+// - a stream is leased exclusively: no other caller gets it until its lease ends, so one
+//   caller's work never queues behind another's (a round-robin pool, PyTorch's or RMM's, hands
+//   the same stream to many callers at once);
+// - Get never hands out a stream whose work is still pending (cudaStreamQuery): it asks the
+//   thread's most recently returned stream, then the oldest of its loaded magazine, and creates a
+//   new stream if both are busy and the depot has no idle one (detail/event_pool_core.h,
+//   take_older_or_bypass). So a stream from Get has no pending work when Get returns.
+// - pools are keyed by flags and priority (instance_for), as event pools by flags.
+// Deliberate differences from DALI: a lease may outlive its pool (DALI asserts it does not);
+// Put with device -1 files a CUDAStream under the device it was created on, and asks CUDA
+// (cudaStreamGetDevice) only for an adopted handle; a Put of a stream whose device contradicts
+// `device_id` is refused (DALI documents it as corrupting the pool).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/cuda_stream.h"
+#include "evpool/cuda_stream_backend.h"
+#include "evpool/export.h"
+
+namespace evpool {
+
+class CUDAStreamPool;
+
+/// A stream leased from a CUDAStreamPool, returned to it (under its own device) when the lease
+/// ends. Move-only. May outlive its pool: the stream is then retired, and destroyed by the
+/// deferred work (deferred_work.h). Thread-safety: like any value; distinct leases may be used
+/// and ended by any threads at once.
+class EVPOOL_API CUDAStreamLease {
+ public:
+  CUDAStreamLease() noexcept = default;
+  CUDAStreamLease(CUDAStreamLease &&other) noexcept
+      : lease_(std::move(other.lease_)), pool_(std::exchange(other.pool_, nullptr)) {}
+  /// Ends the lease held so far, then takes `other`'s.
+  CUDAStreamLease &operator=(CUDAStreamLease &&other) noexcept {
+    if (this != &other) {
+      lease_ = std::move(other.lease_);
+      pool_ = std::exchange(other.pool_, nullptr);
+    }
+    return *this;
+  }
+
+  cudaStream_t get() const noexcept { return lease_.get(); }
+  operator cudaStream_t() const noexcept { return lease_.get(); }  // NOLINT: DALI's conversion
+  explicit operator bool() const noexcept { return static_cast<bool>(lease_); }
+  /// The device of the stream, or -1 for an empty lease.
+  int device_id() const noexcept { return lease_.device_id(); }
+  /// The pool the stream came from (nullptr for an empty lease). A lease may outlive its pool:
+  /// the pointer is then dangling, and only comparing it is defined.
+  CUDAStreamPool *pool() const noexcept { return pool_; }
+
+  /// Takes the stream out of the lease; the caller owns it and the pool forgets it.
+  CUDAStream release() noexcept {
+    pool_ = nullptr;
+    return lease_.release();
+  }
+
+  /// Returns the stream to its pool now. Never throws and makes no CUDA call: if the pool cannot
+  /// take it (it is gone, or over its idle limit), the stream is retired. A stream leased before
+  /// fork() is forgotten in the child, not returned.
+  void reset() noexcept {
+    pool_ = nullptr;
+    lease_.reset();
+  }
+
+ private:
+  friend class CUDAStreamPool;
+  using Lease = BasicEventPool<CUDAStreamBackend>::unique_lease;
+  CUDAStreamLease(Lease &&lease, CUDAStreamPool *pool) noexcept : lease_(std::move(lease)), pool_(pool) {}
+
+  Lease lease_;
+  CUDAStreamPool *pool_ = nullptr;
+};
+
+/// Each function's thread-safety, progress and errors are BasicEventPool's (basic_event_pool.h),
+/// with "event" read as "stream"; what differs is said here.
+class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend> {
+  using Base = BasicEventPool<CUDAStreamBackend>;
+
+ public:
+  /// An empty pool for every visible device, creating streams with `stream_flags`
+  /// (cudaStreamNonBlocking, as DALI's, or cudaStreamDefault) and `priority`, and keeping at most
+  /// `max_idle_per_device` idle streams per device. Throws CUDAError where CUDA has no driver or
+  /// no device, and std::invalid_argument for other flags, a priority outside the device's range,
+  /// a limit of 0, or a value of EVPOOL_CHECKED other than 0 or 1.
+  explicit CUDAStreamPool(unsigned stream_flags = cudaStreamNonBlocking, int priority = 0,
+                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
+      : Base(CUDAStreamBackend{}, StreamOptions{stream_flags, priority}, max_idle_per_device, checks) {}
+
+  /// An exclusive lease of an idle stream of `device_id` (-1: the calling thread's current
+  /// device), created if none is idle. No work is pending on the stream when Get returns (see
+  /// the header's comment); the caller may assume nothing else about it (its last holder may have
+  /// left it in any state CUDA allows, for example with an attribute changed).
+  /// Thread-safe. Lock-free when an idle stream exists, apart from its cudaStreamQuery (or two);
+  /// a miss calls cudaStreamCreateWithPriority. Throws std::out_of_range for a device outside
+  /// [0, device_count()), and CUDAError; then the pool is unchanged.
+  CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
+
+  /// Returns `stream` to the pool, filed under `device_id`; with -1, under the device the stream
+  /// was created on, or, for an adopted handle, the device cudaStreamGetDevice names. Work may
+  /// still be pending on it: Get will not hand it out until that work is done.
+  /// Throws, before taking ownership (the caller still owns `stream`), std::invalid_argument for an
+  /// empty stream or a `device_id` that contradicts the stream's device, and what
+  /// BasicEventPool::Put throws.
+  void Put(CUDAStream &&stream, int device_id = -1) { Base::Put(std::move(stream), device_id); }
+
+  using Base::checked;
+  using Base::device_count;
+  using Base::FlushThreadCache;
+  using Base::max_idle_per_device;
+  using Base::node_count;
+  using Base::Purge;
+  using Base::report_outstanding_at_exit;
+  using Base::Reserve;
+  using Base::stats;
+  using Base::Trim;
+
+  /// The device's retired streams (BasicEventPool::retired_events). Thread-safe, wait-free.
+  std::uint64_t retired_streams(int device_id) const { return Base::retired_events(device_id); }
+
+  /// The flags and priority streams are created with. Thread-safe, wait-free.
+  unsigned stream_flags() const noexcept { return options().flags; }
+  int priority() const noexcept { return options().priority; }
+
+  /// The process-wide pool of cudaStreamNonBlocking streams of priority 0, created on first use
+  /// (thread-safe) and never destroyed, as CUDAEventPool::instance(); in checked mode it reports
+  /// the streams still outstanding at exit. Throws CUDAError where CUDA has no driver or no
+  /// device; a later call tries again.
+  static CUDAStreamPool &instance();
+
+  /// The process-wide pool of streams with `stream_flags` and `priority`; instance() is
+  /// instance_for(cudaStreamNonBlocking, 0). Thread-safe; never destroyed. Throws
+  /// std::invalid_argument for flags or a priority that the constructor refuses, and CUDAError as
+  /// instance() does.
+  static CUDAStreamPool &instance_for(unsigned stream_flags, int priority = 0);
+};
+
+}  // namespace evpool

@@ -1,0 +1,148 @@
+// The core's stream paths, through HostStreamBackend: busy streams (work of their last holder
+// still pending) are never handed out, what asking costs, and a bare stream's device asked of the
+// stream. Both policies: with caches the check sits in the cache's fast path (take_and_exit, then
+// take_older_or_bypass), without caches in the depot's way (take_idle_from_depot).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/pool_checks.h"
+#include "pool_policies.h"
+#include "support/host_stream_backend.h"
+
+namespace evpool {
+namespace {
+
+using test::HostStreamBackend;
+using Stream = HostStreamBackend::event_type;
+using Token = HostStreamBackend::handle_type;
+
+template <class Policy>
+class BusyStreams : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostStreamBackend, Policy>;
+  HostStreamBackend backend{2};
+  Pool pool{backend};
+
+  // `count` streams of device 0, created now and put back idle, in order: the last is on top.
+  std::vector<Token> idle_streams(std::size_t count) {
+    std::vector<Stream> streams;
+    for (std::size_t i = 0; i < count; ++i) streams.push_back(pool.Get(0));
+    std::vector<Token> tokens;
+    for (Stream &stream : streams) {
+      tokens.push_back(stream.get());
+      pool.Put(std::move(stream));
+    }
+    return tokens;
+  }
+};
+TYPED_TEST_SUITE(BusyStreams, test::BothPolicies, test::PolicyName);
+
+// DALI's GetNotBusy: a stream handed back with its work pending is not the next Get's.
+TYPED_TEST(BusyStreams, AStreamPutBackBusyIsNotHandedOutWhileItIsBusy) {
+  Stream stream = this->pool.Get(0);
+  const Token busy = stream.get();
+  this->backend.make_busy(busy, 1000);  // long work enqueued
+  this->pool.Put(std::move(stream));
+  for (int i = 0; i < 4; ++i) {
+    Stream next = this->pool.Get(0);
+    EXPECT_NE(next.get(), busy) << "Get " << i << " handed out a busy stream";
+    EXPECT_EQ(this->backend.pending_queries(next.get()), 0u);
+    this->pool.Put(std::move(next));
+  }
+  EXPECT_EQ(this->backend.created(), 2u) << "one new stream while the first is busy, reused after";
+}
+
+// DALI's GetSameNotBusy: an idle stream handed back is the next Get's, for one query.
+TYPED_TEST(BusyStreams, AnIdleStreamHandedBackIsTheNextGetsForOneQuery) {
+  const Token last = this->idle_streams(3).back();
+  const std::uint64_t queries = this->backend.queries();
+  Stream stream = this->pool.Get(0);
+  EXPECT_EQ(stream.get(), last);
+  EXPECT_EQ(this->backend.queries() - queries, 1u) << "the common case asks once";
+  this->pool.Put(std::move(stream));
+}
+
+// Once its work is done, a stream that was busy is handed out again: nothing is set aside for
+// good, and the pool does not grow with every busy Put.
+TYPED_TEST(BusyStreams, AStreamWhoseWorkCompletedIsHandedOutAgain) {
+  Stream stream = this->pool.Get(0);
+  const Token token = stream.get();
+  this->backend.make_busy(token, 1);  // done after one query
+  this->pool.Put(std::move(stream));
+  Stream other = this->pool.Get(0);  // asks `token` (busy, now done), and creates
+  EXPECT_NE(other.get(), token);
+  Stream again = this->pool.Get(0);
+  EXPECT_EQ(again.get(), token) << "the stream whose work completed";
+  EXPECT_EQ(this->backend.created(), 2u);
+}
+
+TYPED_TEST(BusyStreams, ABusyStreamInALeaseIsNotHandedOutEither) {
+  Token busy;
+  {
+    auto lease = this->pool.Lease(0);
+    busy = lease.get();
+    this->backend.make_busy(busy, 1000);
+  }
+  auto unique = this->pool.Lease(0);
+  auto shared = this->pool.LeaseShared(0);
+  EXPECT_NE(unique.get(), busy);
+  EXPECT_NE(shared.get(), busy);
+}
+
+// A bare stream (adopted, no device recorded) is filed under the device it tells, whatever
+// device is current; a device_id that contradicts it is refused, and the caller keeps it.
+TYPED_TEST(BusyStreams, ABareStreamIsFiledUnderTheDeviceItTells) {
+  const Token token = this->pool.Get(1).release();
+  this->backend.set_current_device(0);
+  this->pool.Put(this->backend.adopt(token, -1));
+  Stream refused = this->backend.adopt(this->pool.Get(1).release(), -1);
+  EXPECT_THROW(this->pool.Put(std::move(refused), 0), std::invalid_argument);
+  EXPECT_TRUE(refused) << "the caller still owns a refused stream";
+  this->pool.Put(std::move(refused), 1);
+  std::vector<Stream> device_one;
+  for (int i = 0; i < 2; ++i) device_one.push_back(this->pool.Get(1));
+  EXPECT_EQ(this->backend.created(), 2u) << "both bare streams went back to device 1";
+  EXPECT_TRUE(device_one[0].get() == token || device_one[1].get() == token);
+}
+
+// The cache's order: a busy newest stream makes the Get take the oldest of the loaded magazine,
+// and the busy one waits at the bottom; two queries, no stream created.
+TEST(BusyStreamsCached, ABusyNewestStreamIsSwappedForTheOldestOfTheMagazine) {
+  HostStreamBackend backend(1);
+  BasicEventPool<HostStreamBackend> pool(backend);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(pool.Get(0));
+  const Token oldest = streams.front().get(), newest = streams.back().get();
+  for (Stream &stream : streams) pool.Put(std::move(stream));
+  backend.make_busy(newest, 1000);
+  const std::uint64_t queries = backend.queries();
+  Stream got = pool.Get(0);
+  EXPECT_EQ(got.get(), oldest);
+  EXPECT_EQ(backend.queries() - queries, 2u);
+  EXPECT_EQ(backend.created(), 4u);
+  // The busy one is now asked last: the next Gets take the others, then a new stream.
+  std::vector<Stream> rest;
+  for (int i = 0; i < 2; ++i) rest.push_back(pool.Get(0));
+  for (const Stream &stream : rest) EXPECT_NE(stream.get(), newest);
+  Stream fresh = pool.Get(0);
+  EXPECT_NE(fresh.get(), newest);
+  EXPECT_EQ(backend.created(), 5u);
+}
+
+TEST(BusyStreamsChecked, CheckedModeRefusesADoublePutOfAStream) {
+  HostStreamBackend backend(1);
+  BasicEventPool<HostStreamBackend> pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  const Token token = pool.Get(0).release();
+  pool.Put(backend.adopt(token, 0));
+  Stream duplicate = backend.adopt(token, 0);
+  EXPECT_THROW(pool.Put(std::move(duplicate)), DoublePutError);
+  EXPECT_FALSE(duplicate);
+}
+
+}  // namespace
+}  // namespace evpool
