@@ -48,6 +48,23 @@ int in_child(Child child) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Both hints of the forking thread's directory name caches of the parent: the child starts with
+// neither (thread_cache_directory.h), so that its first call on either pool makes the fork check.
+TEST(PoolAfterFork, TheChildStartsWithNoHint) {
+  HostBackend backend(1);
+  Pool a(backend), b(backend);
+  a.Put(a.Get(0));
+  b.Put(b.Get(0));
+  ASSERT_NE(detail::this_thread_caches.hints[1].cache, nullptr);
+  const int failures = in_child([] {
+    int bits = 0;
+    for (const auto &hint : detail::this_thread_caches.hints)
+      if (hint.pool_id != 0 || hint.cache != nullptr) bits |= 1;
+    return bits;
+  });
+  EXPECT_EQ(failures, 0) << "a hint survived fork()";
+}
+
 TEST(PoolAfterFork, TheChildStartsEmptyAndNeverDestroysItsParentsEvents) {
   HostBackend backend(2);
   Pool pool(backend);
@@ -411,9 +428,11 @@ struct ForkingPolicy : DefaultPoolPolicy {
 TEST(PoolAfterFork, AForkInsideTheSlowLookupAfterItsCheckStillForgetsTheParentsEvents) {
   HostBackend backend(1);
   BasicEventPool<HostBackend, ForkingPolicy> pool(backend);
-  Pool other(backend);
-  fill(pool, 0, 4);         // 4 idle in this thread's cache for `pool`
-  other.Put(other.Get(0));  // the hint now names `other`: the next call on `pool` looks its cache up
+  Pool other(backend), third(backend);
+  fill(pool, 0, 4);  // 4 idle in this thread's cache for `pool`
+  other.Put(other.Get(0));
+  third.Put(third.Get(0));  // the two hints now name `third` and `other`: the next call on `pool`
+                            // looks its cache up
   const std::uint64_t created = backend.created();
   fork_at_next_flag_load = true;
   HostBackend::Event event = pool.Get(0);  // forks inside its lookup

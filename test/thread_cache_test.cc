@@ -396,3 +396,34 @@ TYPED_TEST(ThreadCache, ThreadLocalDestructorsWorkBeforeAndAfterTheCacheFlush) {
 
 }  // namespace
 }  // namespace evpool
+
+namespace evpool {
+namespace {
+
+// A thread that uses two pools in turn finds both caches through the directory's two hints: no
+// call takes the slow lookup, which would reorder the hints (thread_cache_directory.h).
+TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend> a(backend), b(backend);
+  a.Put(a.Get(0));
+  b.Put(b.Get(0));
+  const detail::ThreadCacheDirectory::Entry b_hint = detail::this_thread_caches.hints[0];  // b: last
+  const detail::ThreadCacheDirectory::Entry a_hint = detail::this_thread_caches.hints[1];
+  ASSERT_NE(b_hint.cache, nullptr);
+  ASSERT_NE(a_hint.cache, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    a.Put(a.Get(0));
+    b.Put(b.Get(0));
+    const auto &hints = detail::this_thread_caches.hints;
+    EXPECT_TRUE(hints[0].pool_id == b_hint.pool_id && hints[0].cache == b_hint.cache &&
+                hints[1].pool_id == a_hint.pool_id && hints[1].cache == a_hint.cache)
+        << "a call took the slow lookup on round " << i;
+  }
+  // A third pool evicts the one used least recently, and is found through the first hint.
+  BasicEventPool<HostBackend> c(backend);
+  c.Put(c.Get(0));
+  EXPECT_EQ(detail::this_thread_caches.hints[1].pool_id, b_hint.pool_id) << "b was used last before c";
+}
+
+}  // namespace
+}  // namespace evpool

@@ -1,14 +1,16 @@
-// GPU soak: many threads run every workload against one pool of real CUDA events for a given time,
-// with the invariants checked throughout. Usage: evpool_gpu_soak [--seconds N] [--threads N]
+// GPU soak: many threads run every workload against one pool of real CUDA events and one of
+// streams for a given time, with the invariants checked throughout.
+// Usage: evpool_gpu_soak [--seconds N] [--threads N]
 //
 // Roles, by thread index modulo 5 (devices assigned round-robin over every visible GPU):
-//   pair      Get, record on stream A, Put
+//   pair      lease a stream from the stream pool, memset 4 KiB on it, Get, record on the
+//             stream, Put, end the lease with the memset still pending
 //   burst     Get 8, record each on A and make B wait on it, Put all 8
 //   producer  Get, record on A, hand to the next thread          } handoff
 //   consumer  make B wait on the handed event, Put it with -1    }
 //   verify    write a value on A, record, make B wait, copy the value back on B and compare;
 //             every 64th operation a capture instead: see below
-// Thread 0 also purges the pool every 1,000 operations.
+// Thread 0 also purges both pools every 1,000 operations.
 // A capture (ThreadLocal mode, on three streams of the thread's own): the origin clears the buffer,
 // forks two branches through evpool::wait's steps, each branch writes its half with the value,
 // the origin joins both back and ends with a graph-owned event (record_external's steps). The
@@ -18,12 +20,13 @@
 // thread runs it next. (evpool::wait and record_external are these
 // very steps over CUDAEventPool; the soak's pool counts its backend's events, so it calls the
 // steps, detail/capture_aware_wait.h, over it directly.)
-// Checked: no event is held by two holders at once, every CUDA call succeeds (recording an event of
-// the wrong device fails), every copy on B sees the value written on A before the record (or by
+// Checked: no event or stream is held by two holders at once, no stream is leased with work
+// pending (cudaStreamQuery), every leased stream is of the device asked for, every CUDA call
+// succeeds (recording an event of the wrong device fails), every copy on B sees the value written on A before the record (or by
 // the graph's launch before the wait), every capture ends, and none is lost: once everything is
-// returned (graph-owned events are awaited, 5 s at most) and purged, created = destroyed. The
-// pool's stats() must then agree with the counting backend (created, destroyed) and show nothing
-// idle or out.
+// returned (graph-owned events are awaited, 5 s at most) and purged, created = destroyed in both
+// pools. Each pool's stats() must then agree with its counting backend (created, destroyed) and
+// show nothing idle or out.
 // Exit status: 0 clean, 1 a violation, 77 no GPU.
 #include <cuda_runtime_api.h>
 
@@ -43,6 +46,7 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/cuda_backend.h"
+#include "evpool/cuda_stream_backend.h"
 #include "evpool/detail/capture_aware_wait.h"
 #include "evpool/detail/cuda_streams.h"
 #include "support/counting_backend.h"
@@ -51,17 +55,20 @@ namespace {
 
 using Backend = evpool::testing_support::CountingBackend<evpool::CUDABackend>;
 using Pool = evpool::BasicEventPool<Backend>;
+using StreamBackend = evpool::testing_support::CountingBackend<evpool::CUDAStreamBackend>;
+using StreamPool = evpool::BasicEventPool<StreamBackend>;
 using evpool::CUDAEvent;
 using evpool::DeviceStats;
 
+// Who holds which handle (events and streams alike: both are pointers).
 class HolderLedger {
  public:
-  bool take(cudaEvent_t event) {
+  bool take(const void *event) {
     Shard &shard = shard_of(event);
     std::lock_guard<std::mutex> lock(shard.mutex);
     return shard.held.insert(event).second;
   }
-  bool give_back(cudaEvent_t event) {
+  bool give_back(const void *event) {
     Shard &shard = shard_of(event);
     std::lock_guard<std::mutex> lock(shard.mutex);
     return shard.held.erase(event) == 1;
@@ -70,9 +77,9 @@ class HolderLedger {
  private:
   struct Shard {
     std::mutex mutex;
-    std::unordered_set<cudaEvent_t> held;
+    std::unordered_set<const void *> held;
   };
-  Shard &shard_of(cudaEvent_t event) {
+  Shard &shard_of(const void *event) {
     return shards_[(reinterpret_cast<std::uintptr_t>(event) >> 4) % kShards];
   }
   static constexpr std::size_t kShards = 64;
@@ -82,6 +89,7 @@ class HolderLedger {
 struct Violations {
   std::atomic<std::uint64_t> held_twice{0}, returned_unheld{0}, cuda_errors{0}, wrong_values{0};
   std::atomic<std::uint64_t> failed_captures{0};  // a step threw, or the capture did not end
+  std::atomic<std::uint64_t> busy_streams{0}, wrong_device_streams{0};  // as leased
   std::atomic<std::uint64_t> first_cuda_error{0};
 };
 
@@ -113,6 +121,8 @@ int main(int argc, char **argv) {
 
   Backend backend;
   Pool pool(backend);
+  StreamBackend stream_backend;
+  StreamPool stream_pool(stream_backend);
   HolderLedger ledger;
   Violations violations;
   std::vector<Handoff> handoffs(static_cast<std::size_t>(threads));
@@ -217,10 +227,21 @@ int main(int argc, char **argv) {
     while (role == kConsumer ? !consumer_done : !stop.load(std::memory_order_relaxed)) {
       switch (role) {
         case kPair: {
+          auto stream = stream_pool.Lease(device);
+          if (!ledger.take(stream.get())) violations.held_twice.fetch_add(1);
+          if (cudaStreamQuery(stream) != cudaSuccess) violations.busy_streams.fetch_add(1);
+          int stream_device = -1;
+          check(cudaStreamGetDevice(stream, &stream_device));
+          if (stream_device != device) violations.wrong_device_streams.fetch_add(1);
+          check(cudaSetDevice(device));
+          check(cudaMemsetAsync(buffer, static_cast<int>(count & 0xff), 4096, stream));
           CUDAEvent event = pool.Get(device);
           take(event);
-          check(cudaEventRecord(event, a));
+          check(cudaEventRecord(event, stream));
           put(std::move(event), device);
+          if (!ledger.give_back(stream.get())) violations.returned_unheld.fetch_add(1);
+          stream.reset();  // its memset may still be pending: the next Get must not hand it out
+          check(cudaSetDevice((device + 1) % devices));
           break;
         }
         case kBurst: {
@@ -289,7 +310,10 @@ int main(int argc, char **argv) {
         }
       }
       if (++count % 1024 == 0) drain();
-      if (t == 0 && count % 1000 == 0) pool.Purge();
+      if (t == 0 && count % 1000 == 0) {
+        pool.Purge();
+        stream_pool.Purge();
+      }
     }
     if (role == kProducer) {
       Handoff &handoff = handoffs[static_cast<std::size_t>(t)];
@@ -321,7 +345,13 @@ int main(int argc, char **argv) {
   while (pool.stats().total().outstanding != 0 && std::chrono::steady_clock::now() < returned_by)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   pool.Purge();
+  stream_pool.Purge();
   const std::uint64_t created = backend.created(), destroyed = backend.destroyed();
+  const std::uint64_t streams_created = stream_backend.created(), streams_destroyed = stream_backend.destroyed();
+  const DeviceStats stream_figures = stream_pool.stats().total();
+  const bool stream_stats_agree = stream_figures.created == streams_created &&
+                                  stream_figures.destroyed == streams_destroyed && stream_figures.idle == 0 &&
+                                  stream_figures.outstanding == 0 && stream_figures.puts == stream_figures.gets;
   // The pool's own figures must agree with the counting backend: every creation and destruction
   // counted once, nothing idle after the Purge, nothing outstanding once every thread gave back.
   const DeviceStats figures = pool.stats().total();
@@ -351,6 +381,16 @@ int main(int argc, char **argv) {
               figures.gets == 0 ? 0.0 : static_cast<double>(figures.gets_hit) / static_cast<double>(figures.gets),
               static_cast<unsigned long long>(figures.puts), static_cast<unsigned long long>(figures.idle),
               static_cast<long long>(figures.outstanding), stats_agree ? "agree with the backend" : "DISAGREE");
+  std::printf("  streams created %llu, destroyed by the pool %llu, leases %llu (hit rate %.4f), busy when "
+              "leased %llu, of a wrong device %llu; stats(): %s\n",
+              static_cast<unsigned long long>(streams_created), static_cast<unsigned long long>(streams_destroyed),
+              static_cast<unsigned long long>(stream_figures.gets),
+              stream_figures.gets == 0
+                  ? 0.0
+                  : static_cast<double>(stream_figures.gets_hit) / static_cast<double>(stream_figures.gets),
+              static_cast<unsigned long long>(violations.busy_streams.load()),
+              static_cast<unsigned long long>(violations.wrong_device_streams.load()),
+              stream_stats_agree ? "agree with the backend" : "DISAGREE");
   std::printf("  held twice %llu, returned unheld %llu, CUDA errors %llu (first: %s), wrong values %llu\n",
               static_cast<unsigned long long>(violations.held_twice.load()),
               static_cast<unsigned long long>(violations.returned_unheld.load()),
@@ -359,7 +399,10 @@ int main(int argc, char **argv) {
               static_cast<unsigned long long>(violations.wrong_values.load()));
   const bool clean = violations.held_twice == 0 && violations.returned_unheld == 0 &&
                      violations.cuda_errors == 0 && violations.wrong_values == 0 &&
-                     violations.failed_captures == 0 && created == destroyed && stats_agree;
-  std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed; stats() agrees)" : "FAILED");
+                     violations.failed_captures == 0 && created == destroyed && stats_agree &&
+                     violations.busy_streams == 0 && violations.wrong_device_streams == 0 &&
+                     streams_created == streams_destroyed && stream_stats_agree;
+  std::printf("gpu soak: %s\n",
+              clean ? "PASSED (no violation; created = destroyed in both pools; stats() agrees)" : "FAILED");
   return clean ? 0 : 1;
 }

@@ -1,0 +1,122 @@
+// evpool bench: the stream pools the stream benchmark compares, behind one shape: acquire(thread,
+// device) gives a Held, stream(held) its cudaStream_t, release(held) gives it back; for handoff,
+// hand_over(held) turns it into a bare handle and take_back(handle) ends it on another thread.
+//
+//   evpool            CUDAStreamPool: exclusive leases, thread caches, busy streams never re-handed
+//   evpool-unchecked  the same core over a backend without has_pending_work: what the check costs
+//   spinlock          DALI's CUDAStreamPool design (competitors/spinlock_event_pool.h over streams)
+//   mutex             std::mutex + a vector per device
+//   round-robin       32 shared streams per device, PyTorch and RMM style: nothing is exclusive
+//   private           one stream per thread, created before the timing: the limit (no sharing,
+//                     no pool); not in handoff, where streams change threads
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "competitors/mutex_event_pool.h"
+#include "competitors/round_robin_streams.h"
+#include "competitors/spinlock_event_pool.h"
+#include "evpool/basic_event_pool.h"
+#include "evpool/cuda_stream_backend.h"
+#include "evpool/cuda_stream_pool.h"
+
+namespace evpool::bench {
+
+/// CUDAStreamBackend without has_pending_work: the pool hands streams out without asking them.
+struct UncheckedStreamBackend {
+  using handle_type = cudaStream_t;
+  using event_type = CUDAStream;
+  using options_type = StreamOptions;
+  static constexpr StreamOptions kDefaultOptions{};
+  void validate_options(const StreamOptions &options) const { streams.validate_options(options); }
+  cudaStream_t create(const StreamOptions &options, int device) { return streams.create(options, device); }
+  void destroy(cudaStream_t handle) noexcept { streams.destroy(handle); }
+  CUDAStream adopt(cudaStream_t handle, int device) noexcept { return CUDAStream(handle, device); }
+  int device_count() const { return streams.device_count(); }
+  int current_device() const { return streams.current_device(); }
+  CUDAStreamBackend streams;
+};
+
+struct EvpoolStreams {
+  static constexpr std::string_view kName = "evpool";
+  using Held = CUDAStreamLease;
+  explicit EvpoolStreams(int /*threads*/) {}
+  Held acquire(int, int device) { return pool.Get(device); }
+  static cudaStream_t stream(const Held &held) { return held; }
+  void release(Held &&held) { held.reset(); }
+  cudaStream_t hand_over(Held &&held) { return held.release().release(); }
+  void take_back(cudaStream_t handle, int device) { pool.Put(CUDAStream(handle, device), device); }
+  CUDAStreamPool pool;
+};
+
+struct UncheckedEvpoolStreams {
+  static constexpr std::string_view kName = "evpool-unchecked";
+  using Pool = BasicEventPool<UncheckedStreamBackend>;
+  using Held = Pool::unique_lease;
+  explicit UncheckedEvpoolStreams(int /*threads*/) {}
+  Held acquire(int, int device) { return pool.Lease(device); }
+  static cudaStream_t stream(const Held &held) { return held.get(); }
+  void release(Held &&held) { held.reset(); }
+  cudaStream_t hand_over(Held &&held) { return held.release().release(); }
+  void take_back(cudaStream_t handle, int device) { pool.Put(CUDAStream(handle, device), device); }
+  Pool pool;
+};
+
+// DALI's spinlock design and the mutex pool hand out owned streams and take them back.
+template <class Pool, const char *kNameText>
+struct OwningStreams {
+  static constexpr std::string_view kName = kNameText;
+  using Held = CUDAStream;
+  explicit OwningStreams(int /*threads*/) {}
+  Held acquire(int, int device) { return pool.Get(device); }
+  static cudaStream_t stream(const Held &held) { return held; }
+  void release(Held &&held) {
+    const int device = held.device_id();
+    pool.Put(std::move(held), device);
+  }
+  cudaStream_t hand_over(Held &&held) { return held.release(); }
+  void take_back(cudaStream_t handle, int device) { pool.Put(CUDAStream(handle, device), device); }
+  Pool pool;
+};
+inline constexpr char kSpinlockName[] = "spinlock";
+inline constexpr char kMutexName[] = "mutex";
+using SpinlockStreams = OwningStreams<competitors::SpinlockEventPool<CUDAStreamBackend>, kSpinlockName>;
+using MutexStreams = OwningStreams<competitors::MutexEventPool<CUDAStreamBackend>, kMutexName>;
+
+struct RoundRobinStreamVariant {
+  static constexpr std::string_view kName = "round-robin";
+  using Held = cudaStream_t;
+  explicit RoundRobinStreamVariant(int /*threads*/) {}
+  Held acquire(int, int device) { return pool.Get(device); }
+  static cudaStream_t stream(Held held) { return held; }
+  void release(Held &&) {}
+  cudaStream_t hand_over(Held &&held) { return held; }
+  void take_back(cudaStream_t, int) {}
+  competitors::RoundRobinStreams<CUDAStreamBackend> pool;
+};
+
+struct PrivateStreams {
+  static constexpr std::string_view kName = "private";
+  using Held = cudaStream_t;
+  /// One non-blocking stream per thread, on device 0 (where every stream workload runs).
+  explicit PrivateStreams(int threads) : own(static_cast<std::size_t>(threads)) {
+    for (cudaStream_t &stream : own) stream = backend.create(StreamOptions{}, 0);
+  }
+  ~PrivateStreams() {
+    for (cudaStream_t stream : own) backend.destroy(stream);
+  }
+  PrivateStreams(const PrivateStreams &) = delete;
+  PrivateStreams &operator=(const PrivateStreams &) = delete;
+  Held acquire(int thread, int) { return own[static_cast<std::size_t>(thread)]; }
+  static cudaStream_t stream(Held held) { return held; }
+  void release(Held &&) {}
+  CUDAStreamBackend backend;
+  std::vector<cudaStream_t> own;
+};
+
+}  // namespace evpool::bench

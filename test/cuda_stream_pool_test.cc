@@ -1,0 +1,285 @@
+// CUDAStreamPool on a real GPU: DALI's own tests of its stream pool (dali/core/
+// cuda_stream_pool_test.cc, Apache-2.0) rewritten against evpool, then what evpool adds: no
+// stream leased with work pending, under load from many threads; leases that change threads and
+// outlive their pool; Purge racing Gets and Puts; pools keyed by flags and priority; bad options
+// refused by value. Each skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cuda_availability.h"
+#include "evpool/cuda_stream.h"
+#include "evpool/cuda_stream_pool.h"
+#include "evpool/deferred_work.h"
+
+namespace evpool {
+namespace {
+
+int device_of(cudaStream_t stream) {
+  int device = -1;
+  EXPECT_EQ(cudaStreamGetDevice(stream, &device), cudaSuccess);
+  return device;
+}
+
+// Device memory of `bytes`, freed with the object.
+struct DeviceBuffer {
+  explicit DeviceBuffer(std::size_t size) : bytes(size) { EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess); }
+  ~DeviceBuffer() { EXPECT_EQ(cudaFree(data), cudaSuccess); }
+  void *data = nullptr;
+  std::size_t bytes;
+};
+
+// DALI's CUDAStreamPoolTest.PutGet: ten threads lease streams of random devices, check the
+// device, synchronise, and end the lease in one of DALI's five ways.
+TEST(DaliStreamPoolTest, PutGet) {
+  EVPOOL_REQUIRE_GPU();
+  const int devices = testing_support::cuda_availability().devices;
+  CUDAStreamPool pool;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 10; ++t) {
+    threads.emplace_back([&] {
+      std::mt19937_64 rng;
+      std::uniform_int_distribution<int> pick_device(0, devices - 1), release_method(0, 4);
+      for (int i = 0; i < 10000; ++i) {
+        const int device = pick_device(rng);
+        CUDAStreamLease leased = pool.Get(device);  // not the current device, in general
+        CUDAStreamLease stream = std::move(leased);
+        ASSERT_EQ(device_of(stream), device) << "CUDAStreamPool mixed streams from different devices";
+        ASSERT_EQ(stream.device_id(), device);
+        ASSERT_EQ(stream.pool(), &pool);
+        ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        switch (release_method(rng)) {
+          case 1: stream.reset(); break;
+          case 2: pool.Put(stream.release()); break;
+          case 3: pool.Put(stream.release(), device); break;
+          case 4: stream.release().reset(); break;
+          default: break;  // out of scope
+        }
+      }
+    });
+  }
+  for (std::thread &thread : threads) thread.join();
+  const DeviceStats figures = pool.stats().total();
+  EXPECT_EQ(figures.outstanding, 0) << "every lease ended";
+}
+
+// DALI's GetSameNotBusy.
+TEST(DaliStreamPoolTest, GetSameNotBusy) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  CUDAStreamLease stream = pool.Get();
+  ASSERT_EQ(cudaStreamQuery(stream), cudaSuccess);
+  const cudaStream_t first = stream.get();
+  stream.reset();
+  stream = pool.Get();
+  EXPECT_EQ(stream.get(), first);
+}
+
+// DALI's GetNotBusy: a stream handed back with 128 memsets of 16 MiB queued is not the next
+// Get's, and lives on in the pool.
+TEST(DaliStreamPoolTest, GetNotBusy) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  CUDAStreamLease stream = pool.Get();
+  const cudaStream_t first = stream.get();
+  ASSERT_EQ(cudaStreamQuery(stream), cudaSuccess);
+  DeviceBuffer memory(16 << 20);
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, stream), cudaSuccess);
+  stream.reset();
+  stream = pool.Get();
+  EXPECT_NE(stream.get(), first);
+  EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess);
+  stream.reset();
+  EXPECT_EQ(cudaStreamSynchronize(first), cudaSuccess);  // it still lives in the pool
+  pool.Purge();
+}
+
+// Many threads hand streams back with work of varied length still queued; every lease must
+// begin with no work pending, and the pool must not create a stream per Get.
+TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  constexpr int kThreads = 16, kUnits = 2000;
+  std::atomic<int> busy{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      if (cudaSetDevice(0) != cudaSuccess) ++errors;
+      DeviceBuffer memory(4 << 20);
+      std::mt19937 random(static_cast<unsigned>(t));
+      for (int unit = 0; unit < kUnits; ++unit) {
+        CUDAStreamLease stream = pool.Get(0);
+        if (cudaStreamQuery(stream) != cudaSuccess) ++busy;
+        const std::size_t bytes = std::size_t{1} << (10 + random() % 13);  // 1 KiB to 4 MiB
+        if (cudaMemsetAsync(memory.data, unit & 0xff, bytes, stream) != cudaSuccess) ++errors;
+      }  // each lease ends with its memset queued
+      if (cudaDeviceSynchronize() != cudaSuccess) ++errors;
+    });
+  }
+  for (std::thread &thread : threads) thread.join();
+  EXPECT_EQ(busy.load(), 0) << "a lease began on a stream with work pending";
+  EXPECT_EQ(errors.load(), 0);
+  const DeviceStats figures = pool.stats().total();
+  EXPECT_EQ(figures.outstanding, 0);
+  EXPECT_LT(figures.created, figures.gets / 4) << "streams are reused once their work is done";
+  std::printf("[ streams  ] %llu leases, %llu streams created\n",
+              static_cast<unsigned long long>(figures.gets), static_cast<unsigned long long>(figures.created));
+}
+
+// Leases handed to other threads, which use and end them after the pool is gone.
+TEST(StreamPoolOnGpu, LeasesChangeThreadsAndOutliveThePool) {
+  EVPOOL_REQUIRE_GPU();
+  std::optional<CUDAStreamPool> pool(std::in_place);
+  std::vector<CUDAStreamLease> leases;
+  for (int i = 0; i < 64; ++i) leases.push_back(pool->Get(0));
+  pool.reset();
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      if (cudaSetDevice(0) != cudaSuccess) ++errors;
+      DeviceBuffer memory(1 << 20);
+      for (std::size_t i = static_cast<std::size_t>(t); i < leases.size(); i += 4) {
+        if (cudaMemsetAsync(memory.data, 1, memory.bytes, leases[i]) != cudaSuccess) ++errors;
+        if (cudaStreamSynchronize(leases[i]) != cudaSuccess) ++errors;
+        leases[i].reset();  // retired: its pool is gone
+      }
+    });
+  }
+  for (std::thread &thread : threads) thread.join();
+  run_deferred_work();  // the last lease deferred the pool's end: its streams are destroyed here
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(StreamPoolOnGpu, PurgeRacingGetsAndPutsLosesNothing) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0}, busy{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      if (cudaSetDevice(0) != cudaSuccess) ++errors;
+      DeviceBuffer memory(64 << 10);
+      while (!stop.load(std::memory_order_relaxed)) {
+        CUDAStreamLease stream = pool.Get(0);
+        if (cudaStreamQuery(stream) != cudaSuccess) ++busy;
+        if (cudaMemsetAsync(memory.data, 2, memory.bytes, stream) != cudaSuccess) ++errors;
+        pool.Put(stream.release());
+      }
+      if (cudaDeviceSynchronize() != cudaSuccess) ++errors;
+    });
+  }
+  for (int purge = 0; purge < 200; ++purge) {
+    pool.Purge();
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  stop.store(true);
+  for (std::thread &thread : threads) thread.join();
+  pool.Purge();
+  const DeviceStats figures = pool.stats().total();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(busy.load(), 0);
+  EXPECT_EQ(figures.outstanding, 0);
+  EXPECT_EQ(figures.idle + figures.retired, 0u) << "Purge destroyed every idle stream";
+  EXPECT_EQ(figures.created, figures.destroyed);
+}
+
+// The process-wide pools are keyed by flags and priority, and create what they are keyed by.
+TEST(StreamPoolOnGpu, ProcessWidePoolsAreKeyedByFlagsAndPriority) {
+  EVPOOL_REQUIRE_GPU();
+  int least = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  CUDAStreamPool &plain = CUDAStreamPool::instance();
+  EXPECT_EQ(&plain, &CUDAStreamPool::instance_for(cudaStreamNonBlocking, 0));
+  CUDAStreamPool &urgent = CUDAStreamPool::instance_for(cudaStreamNonBlocking, greatest);
+  CUDAStreamPool &blocking = CUDAStreamPool::instance_for(cudaStreamDefault, 0);
+  EXPECT_NE(&plain, &urgent);
+  EXPECT_NE(&plain, &blocking);
+  EXPECT_EQ(&urgent, &CUDAStreamPool::instance_for(cudaStreamNonBlocking, greatest));
+  for (CUDAStreamPool *pool : {&plain, &urgent, &blocking}) {
+    CUDAStreamLease stream = pool->Get(0);
+    unsigned flags = 0;
+    int priority = 1;
+    ASSERT_EQ(cudaStreamGetFlags(stream, &flags), cudaSuccess);
+    ASSERT_EQ(cudaStreamGetPriority(stream, &priority), cudaSuccess);
+    EXPECT_EQ(flags, pool->stream_flags());
+    EXPECT_EQ(priority, pool->priority());
+  }
+}
+
+TEST(StreamPoolOnGpu, OptionsCudaWouldClampOrRejectAreRefusedByValue) {
+  EVPOOL_REQUIRE_GPU();
+  int least = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  try {
+    CUDAStreamPool pool(cudaStreamNonBlocking, greatest - 1);
+    ADD_FAILURE() << "a priority outside the range was accepted";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_NE(std::string(error.what()).find(std::to_string(greatest - 1)), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(CUDAStreamPool(2u), std::invalid_argument);
+  EXPECT_THROW(CUDAStreamPool::instance_for(cudaStreamNonBlocking, least + 1), std::invalid_argument);
+  EXPECT_THROW(CUDAStream::CreateWithPriority(true, greatest - 1), std::invalid_argument);
+}
+
+// A bare stream (no device recorded) is asked for its device, as DALI's pool asks every stream.
+TEST(StreamPoolOnGpu, ABareStreamPutWithoutADeviceIsAskedForIt) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  cudaStream_t raw = nullptr;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), cudaSuccess);
+  pool.Put(CUDAStream(raw));
+  CUDAStreamLease stream = pool.Get(0);
+  EXPECT_EQ(stream.get(), raw);
+  EXPECT_EQ(stream.device_id(), 0);
+  const int devices = testing_support::cuda_availability().devices;
+  CUDAStream bare(stream.release());
+  EXPECT_THROW(pool.Put(std::move(bare), devices), std::out_of_range);
+  EXPECT_TRUE(bare) << "a refused stream stays its caller's";
+}
+
+// A Get on one thread while another captures in global mode (the strictest): the Get's
+// cudaStreamQuery is on a stream outside the capture, and must not invalidate it.
+TEST(StreamPoolOnGpu, AGetDuringAnotherThreadsGlobalCaptureLeavesTheCaptureValid) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceBuffer memory(1 << 20);
+  {
+    CUDAStreamLease warm = pool.Get(0);  // the pool holds a stream, put back busy
+    ASSERT_EQ(cudaMemsetAsync(memory.data, 3, memory.bytes, warm), cudaSuccess);
+  }
+  cudaStream_t capturing = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(memory.data, 4, memory.bytes, capturing), cudaSuccess);
+  std::thread other([&] {
+    (void)cudaSetDevice(0);
+    CUDAStreamLease stream = pool.Get(0);
+    EXPECT_TRUE(stream);
+  });
+  other.join();
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess);
+  if (graph != nullptr) EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(capturing), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace evpool
