@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
     for (const std::string &text : thread_list) {
       const int threads = std::atoi(text.c_str());
       run_variant<EvpoolStreams>(workload, threads, seconds, buffers);
-      run_variant<UncheckedEvpoolStreams>(workload, threads, seconds, buffers);
+      run_variant<EvpoolAtOnceStreams>(workload, threads, seconds, buffers);
       run_variant<SpinlockStreams>(workload, threads, seconds, buffers);
       run_variant<MutexStreams>(workload, threads, seconds, buffers);
       run_variant<RoundRobinStreamVariant>(workload, threads, seconds, buffers);

@@ -3,7 +3,7 @@
 // hand_over(held) turns it into a bare handle and take_back(handle) ends it on another thread.
 //
 //   evpool            CUDAStreamPool: exclusive leases, thread caches, busy streams never re-handed
-//   evpool-unchecked  the same core over a backend without has_pending_work: what the check costs
+//   evpool-at-once    the same pool with StreamReuse::kAtOnce, asking no stream: what asking costs
 //   spinlock          DALI's CUDAStreamPool design (competitors/spinlock_event_pool.h over streams)
 //   mutex             std::mutex + a vector per device
 //   round-robin       32 shared streams per device, PyTorch and RMM style: nothing is exclusive
@@ -27,25 +27,11 @@
 
 namespace evpool::bench {
 
-/// CUDAStreamBackend without has_pending_work: the pool hands streams out without asking them.
-struct UncheckedStreamBackend {
-  using handle_type = cudaStream_t;
-  using event_type = CUDAStream;
-  using options_type = StreamOptions;
-  static constexpr StreamOptions kDefaultOptions{};
-  void validate_options(const StreamOptions &options) const { streams.validate_options(options); }
-  cudaStream_t create(const StreamOptions &options, int device) { return streams.create(options, device); }
-  void destroy(cudaStream_t handle) noexcept { streams.destroy(handle); }
-  CUDAStream adopt(cudaStream_t handle, int device) noexcept { return CUDAStream(handle, device); }
-  int device_count() const { return streams.device_count(); }
-  int current_device() const { return streams.current_device(); }
-  CUDAStreamBackend streams;
-};
-
 struct EvpoolStreams {
   static constexpr std::string_view kName = "evpool";
   using Held = CUDAStreamLease;
-  explicit EvpoolStreams(int /*threads*/) {}
+  explicit EvpoolStreams(int /*threads*/, StreamReuse reuse = StreamReuse::kWhenIdle)
+      : pool(cudaStreamNonBlocking, 0, kUnlimitedIdle, Checks::kDefault, reuse) {}
   Held acquire(int, int device) { return pool.Get(device); }
   static cudaStream_t stream(const Held &held) { return held; }
   void release(Held &&held) { held.reset(); }
@@ -54,17 +40,10 @@ struct EvpoolStreams {
   CUDAStreamPool pool;
 };
 
-struct UncheckedEvpoolStreams {
-  static constexpr std::string_view kName = "evpool-unchecked";
-  using Pool = BasicEventPool<UncheckedStreamBackend>;
-  using Held = Pool::unique_lease;
-  explicit UncheckedEvpoolStreams(int /*threads*/) {}
-  Held acquire(int, int device) { return pool.Lease(device); }
-  static cudaStream_t stream(const Held &held) { return held.get(); }
-  void release(Held &&held) { held.reset(); }
-  cudaStream_t hand_over(Held &&held) { return held.release().release(); }
-  void take_back(cudaStream_t handle, int device) { pool.Put(CUDAStream(handle, device), device); }
-  Pool pool;
+// The same pool, trusting its callers to hand streams back idle: what asking costs.
+struct EvpoolAtOnceStreams : EvpoolStreams {
+  static constexpr std::string_view kName = "evpool-at-once";
+  explicit EvpoolAtOnceStreams(int threads) : EvpoolStreams(threads, StreamReuse::kAtOnce) {}
 };
 
 // DALI's spinlock design and the mutex pool hand out owned streams and take them back.

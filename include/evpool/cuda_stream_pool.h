@@ -8,10 +8,12 @@
 // - a stream is leased exclusively: no other caller gets it until its lease ends, so one
 //   caller's work never queues behind another's (a round-robin pool, PyTorch's or RMM's, hands
 //   the same stream to many callers at once);
-// - Get never hands out a stream whose work is still pending (cudaStreamQuery): it asks the
-//   thread's most recently returned stream, then the oldest of its loaded magazine, and creates a
-//   new stream if both are busy and the depot has no idle one (detail/event_pool_core.h,
-//   take_older_or_bypass). So a stream from Get has no pending work when Get returns.
+// - Get never hands out a stream whose work is still pending: it asks the thread's most recently
+//   returned stream, then the oldest of its loaded magazine, and creates a new stream if both are
+//   busy and the depot has no idle one (detail/event_pool_core.h, take_older_or_bypass). So a
+//   stream from Get has no pending work when Get returns. Asking is a driver query, serialised in
+//   the driver (cuda_stream_backend.h): a pool built with StreamReuse::kAtOnce asks nothing, for
+//   callers that hand their streams back synchronised.
 // - pools are keyed by flags and priority (instance_for), as event pools by flags.
 // Deliberate differences from DALI: a lease may outlive its pool (DALI asserts it does not);
 // Put with device -1 files a CUDAStream under the device it was created on, and asks CUDA
@@ -91,19 +93,24 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend> {
 
  public:
   /// An empty pool for every visible device, creating streams with `stream_flags`
-  /// (cudaStreamNonBlocking, as DALI's, or cudaStreamDefault) and `priority`, and keeping at most
-  /// `max_idle_per_device` idle streams per device. Throws CUDAError where CUDA has no driver or
-  /// no device, and std::invalid_argument for other flags, a priority outside the device's range,
-  /// a limit of 0, or a value of EVPOOL_CHECKED other than 0 or 1.
+  /// (cudaStreamNonBlocking, as DALI's, or cudaStreamDefault) and `priority`, keeping at most
+  /// `max_idle_per_device` idle streams per device, and handing a stream out again as `reuse`
+  /// says. Throws CUDAError where CUDA has no driver or no device, and std::invalid_argument for
+  /// other flags, a priority outside the device's range, a limit of 0, or a value of
+  /// EVPOOL_CHECKED other than 0 or 1.
   explicit CUDAStreamPool(unsigned stream_flags = cudaStreamNonBlocking, int priority = 0,
-                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
-      : Base(CUDAStreamBackend{}, StreamOptions{stream_flags, priority}, max_idle_per_device, checks) {}
+                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault,
+                          StreamReuse reuse = StreamReuse::kWhenIdle)
+      : Base(CUDAStreamBackend{reuse}, StreamOptions{stream_flags, priority}, max_idle_per_device, checks),
+        reuse_(reuse) {}
 
   /// An exclusive lease of an idle stream of `device_id` (-1: the calling thread's current
-  /// device), created if none is idle. No work is pending on the stream when Get returns (see
-  /// the header's comment); the caller may assume nothing else about it (its last holder may have
-  /// left it in any state CUDA allows, for example with an attribute changed).
-  /// Thread-safe. Lock-free when an idle stream exists, apart from its cudaStreamQuery (or two);
+  /// device), created if none is idle. With StreamReuse::kWhenIdle no work is pending on the
+  /// stream when Get returns (see the header's comment); with kAtOnce, whatever its last holder
+  /// left queued may still be. The caller may assume nothing else about it (its last holder may
+  /// have left it in any state CUDA allows, for example with an attribute changed).
+  /// Thread-safe. Lock-free when an idle stream exists, apart from its query (or two: the driver
+  /// serialises them);
   /// a miss calls cudaStreamCreateWithPriority. Throws std::out_of_range for a device outside
   /// [0, device_count()), and CUDAError; then the pool is unchanged.
   CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
@@ -130,9 +137,11 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend> {
   /// The device's retired streams (BasicEventPool::retired_events). Thread-safe, wait-free.
   std::uint64_t retired_streams(int device_id) const { return Base::retired_events(device_id); }
 
-  /// The flags and priority streams are created with. Thread-safe, wait-free.
+  /// The flags and priority streams are created with, and when they are handed out again.
+  /// Thread-safe, wait-free.
   unsigned stream_flags() const noexcept { return options().flags; }
   int priority() const noexcept { return options().priority; }
+  StreamReuse reuse() const noexcept { return reuse_; }
 
   /// The process-wide pool of cudaStreamNonBlocking streams of priority 0, created on first use
   /// (thread-safe) and never destroyed, as CUDAEventPool::instance(); in checked mode it reports
@@ -145,6 +154,9 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend> {
   /// std::invalid_argument for flags or a priority that the constructor refuses, and CUDAError as
   /// instance() does.
   static CUDAStreamPool &instance_for(unsigned stream_flags, int priority = 0);
+
+ private:
+  StreamReuse reuse_;
 };
 
 }  // namespace evpool

@@ -1,0 +1,61 @@
+// evpool: the CUDA driver's entry points the library calls, resolved once through the runtime.
+// Private.
+//
+// Through cudaGetDriverEntryPointByVersion, so that the library links no libcuda: the runtime
+// loads the driver anyway. Each is resolved by name and ABI version (cudaTypedefs.h names each
+// version's signature); a null one is absent from this driver, and its caller falls back to the
+// runtime. Driver calls skip the runtime's own work per call: cuStreamQuery took 161 ns on the
+// H200 host against 220 for cudaStreamQuery, 155 against 479 on a busy stream.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+namespace evpool::detail {
+
+// The driver's entry points, resolved once by name and ABI version (cudaTypedefs.h names each
+// version's signature); a null one is absent from this driver.
+struct DriverEntryPoints {
+  PFN_cuStreamGetCaptureInfo_v11030 get_capture_info = nullptr;
+  PFN_cuStreamGetDevice_v12080 get_device = nullptr;
+  PFN_cuStreamGetCtx_v9020 get_context = nullptr;
+  PFN_cuCtxPushCurrent_v4000 push_context = nullptr;
+  PFN_cuCtxGetDevice_v2000 current_context_device = nullptr;
+  PFN_cuCtxPopCurrent_v4000 pop_context = nullptr;
+  PFN_cuStreamQuery_v2000 query = nullptr;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
+
+  DriverEntryPoints() {
+    resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
+    resolve("cuStreamGetDevice", 12080, get_device);
+    resolve("cuStreamGetCtx", 9020, get_context);
+    resolve("cuCtxPushCurrent", 4000, push_context);
+    resolve("cuCtxGetDevice", 2000, current_context_device);
+    resolve("cuCtxPopCurrent", 4000, pop_context);
+    resolve("cuStreamQuery", 2000, query);
+    resolve("cuThreadExchangeStreamCaptureMode", 10010, exchange_capture_mode);
+  }
+
+  bool know_contexts() const noexcept {
+    return get_context != nullptr && push_context != nullptr && current_context_device != nullptr &&
+           pop_context != nullptr;
+  }
+
+  template <class Function>
+  static void resolve(const char *symbol, unsigned version, Function &function) {
+    void *address = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      function = reinterpret_cast<Function>(address);
+  }
+};
+
+/// The entry points, resolved on first use (thread-safe, once).
+inline const DriverEntryPoints &driver() {
+  static const DriverEntryPoints resolved;
+  return resolved;
+}
+
+}  // namespace evpool::detail
