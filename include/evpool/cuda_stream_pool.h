@@ -36,6 +36,15 @@ namespace evpool {
 
 class CUDAStreamPool;
 
+/// The stream pool's policy: the default one with smaller magazines, 8 streams growing to 32, so
+/// that a thread keeps at most 64 idle streams per device instead of 512 events. A stream holds
+/// more of the driver than an event does (its own work queue), and a scheduler holds far fewer
+/// streams than events at once.
+struct StreamPoolPolicy : DefaultPoolPolicy {
+  static constexpr unsigned cache_capacity = 32;
+  static constexpr unsigned cache_start_capacity = 8;
+};
+
 /// A stream leased from a CUDAStreamPool, returned to it (under its own device) when the lease
 /// ends. Move-only. May outlive its pool: the stream is then retired, and destroyed by the
 /// deferred work (deferred_work.h). Thread-safety: like any value; distinct leases may be used
@@ -79,7 +88,7 @@ class EVPOOL_API CUDAStreamLease {
 
  private:
   friend class CUDAStreamPool;
-  using Lease = BasicEventPool<CUDAStreamBackend>::unique_lease;
+  using Lease = BasicEventPool<CUDAStreamBackend, StreamPoolPolicy>::unique_lease;
   CUDAStreamLease(Lease &&lease, CUDAStreamPool *pool) noexcept : lease_(std::move(lease)), pool_(pool) {}
 
   Lease lease_;
@@ -88,8 +97,8 @@ class EVPOOL_API CUDAStreamLease {
 
 /// Each function's thread-safety, progress and errors are BasicEventPool's (basic_event_pool.h),
 /// with "event" read as "stream"; what differs is said here.
-class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend> {
-  using Base = BasicEventPool<CUDAStreamBackend>;
+class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, StreamPoolPolicy> {
+  using Base = BasicEventPool<CUDAStreamBackend, StreamPoolPolicy>;
 
  public:
   /// An empty pool for every visible device, creating streams with `stream_flags`
