@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -12,7 +14,10 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/pool_checks.h"
 #include "pool_policies.h"
+#include "evpool/deferred_work.h"
+#include "evpool/host_backend.h"
 #include "support/host_stream_backend.h"
+#include "tracked_backend.h"
 
 namespace evpool {
 namespace {
@@ -111,8 +116,8 @@ TYPED_TEST(BusyStreams, ABareStreamIsFiledUnderTheDeviceItTells) {
 }
 
 // The cache's order: a busy newest stream makes the Get take the oldest of the loaded magazine,
-// and the busy one waits at the bottom; two queries, no stream created.
-TEST(BusyStreamsCached, ABusyNewestStreamIsSwappedForTheOldestOfTheMagazine) {
+// and the busy one stays on top; two queries, no stream created.
+TEST(BusyStreamsCached, ABusyNewestStreamIsPassedOverForTheOldestOfTheMagazine) {
   HostStreamBackend backend(1);
   BasicEventPool<HostStreamBackend> pool(backend);
   std::vector<Stream> streams;
@@ -125,13 +130,83 @@ TEST(BusyStreamsCached, ABusyNewestStreamIsSwappedForTheOldestOfTheMagazine) {
   EXPECT_EQ(got.get(), oldest);
   EXPECT_EQ(backend.queries() - queries, 2u);
   EXPECT_EQ(backend.created(), 4u);
-  // The busy one is now asked last: the next Gets take the others, then a new stream.
+  // The busy one is passed over each time: the next Gets take the others, then a new stream.
   std::vector<Stream> rest;
   for (int i = 0; i < 2; ++i) rest.push_back(pool.Get(0));
   for (const Stream &stream : rest) EXPECT_NE(stream.get(), newest);
   Stream fresh = pool.Get(0);
   EXPECT_NE(fresh.get(), newest);
   EXPECT_EQ(backend.created(), 5u);
+}
+
+// A thread that hands each stream back with work still queued for a while (here: busy for the
+// next 6 queries) needs only as many streams as it has work in flight: Gets ask the stream handed
+// back longest ago, in the cache and in the depot. With the cache's busy stream swapped to the
+// bottom instead, every Get created once work outlasted two Gets.
+TYPED_TEST(BusyStreams, AThreadHandingStreamsBackBusyNeedsOnlyWhatItHasInFlight) {
+  for (int cycle = 0; cycle < 1000; ++cycle) {
+    Stream stream = this->pool.Get(0);
+    ASSERT_EQ(this->backend.pending_queries(stream.get()), 0u) << "cycle " << cycle;
+    this->backend.make_busy(stream.get(), 6);
+    this->pool.Put(std::move(stream));
+  }
+  EXPECT_LE(this->backend.created(), 8u);
+}
+
+// Streams retired over the idle limit are asked before they are handed out again.
+TEST(BusyStreamsUncached, ARetiredStreamIsAskedBeforeItIsHandedOut) {
+  HostStreamBackend backend(1);
+  BasicEventPool<HostStreamBackend, NoCachePolicy<>> pool(backend, HostStreamBackend::kDefaultOptions, 1);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 64; ++i) streams.push_back(pool.Get(0));
+  for (Stream &stream : streams) {
+    backend.make_busy(stream.get(), 1000);
+    pool.Put(std::move(stream));  // one stays idle in the depot, the others are retired
+  }
+  ASSERT_GT(pool.retired_events(0), 32u);
+  for (int i = 0; i < 8; ++i) {
+    Stream got = pool.Get(0);
+    EXPECT_EQ(backend.pending_queries(got.get()), 0u) << "Get " << i << " handed out a busy stream";
+    (void)got.release();  // kept out: each Get must find another
+  }
+}
+
+// A lease that begins on the way past a busy stream is counted as every lease is: the pool's state
+// lives until it ends.
+TEST(BusyStreamsCached, ALeaseBegunPastABusyStreamKeepsThePoolsStateAlive) {
+  HostStreamBackend counters(1);
+  test::Tracked<HostStreamBackend> tracked(counters);
+  const std::weak_ptr<const int> core = tracked.watch();
+  std::optional<BasicEventPool<test::Tracked<HostStreamBackend>>> pool(std::in_place, std::move(tracked));
+  std::vector<Stream> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(pool->Get(0));
+  const Token newest = streams.back().get();
+  for (Stream &stream : streams) pool->Put(std::move(stream));
+  counters.make_busy(newest, 1000);
+  auto lease = pool->Lease(0);  // past the busy newest, to the oldest
+  ASSERT_NE(lease.get(), newest);
+  pool.reset();
+  EXPECT_FALSE(core.expired()) << "the lease's pool state ended before the lease";
+  lease.reset();
+  run_deferred_work();
+  EXPECT_TRUE(core.expired()) << "the last lease did not end the pool's state";
+}
+
+// A shared lease whose Get fails past a busy stream gives its control block back (a leak shows
+// under the ASan build) and leaves the pool as it was.
+TEST(BusyStreamsCached, ASharedLeaseWhoseCreateFailsPastABusyStreamHoldsNothing) {
+  HostStreamBackend backend(1);
+  BasicEventPool<HostStreamBackend> pool(backend);
+  {
+    auto warm = pool.LeaseShared(0);  // the thread's cache keeps a spare block
+    backend.make_busy(warm.get(), 1000);
+  }
+  backend.inject_create_fault([](std::uint64_t, int) { return true; });
+  EXPECT_THROW((void)pool.LeaseShared(0), HostBackendFault);
+  backend.inject_create_fault({});
+  const DeviceStats figures = pool.stats().total();
+  EXPECT_EQ(figures.idle, 1u) << "the busy stream stays in the pool";
+  EXPECT_EQ(figures.outstanding, 0);
 }
 
 TEST(BusyStreamsChecked, CheckedModeRefusesADoublePutOfAStream) {

@@ -429,5 +429,29 @@ TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
   EXPECT_EQ(detail::this_thread_caches.hints[1].pool_id, b_hint.pool_id) << "b was used last before c";
 }
 
+
+// A thread-local destructor that runs after the thread's exit flush finds neither hint: its calls
+// bypass the cache that the flush abandoned, whichever of the two hints named it.
+TEST(ThreadCacheHints, NoHintSurvivesTheThreadsExitFlush) {
+  HostBackend backend(1);
+  BasicEventPool<HostBackend> a(backend), b(backend);
+  bool hinted_after_flush = true;
+  std::thread([&] {
+    struct CheckAtExit {
+      bool *hinted;
+      ~CheckAtExit() {
+        *hinted = false;
+        for (const auto &hint : detail::this_thread_caches.hints)
+          if (hint.cache != nullptr) *hinted = true;
+      }
+    };
+    thread_local CheckAtExit check{&hinted_after_flush};  // before the directory's flush: destroyed after it
+    (void)check;
+    a.Put(a.Get(0));
+    b.Put(b.Get(0));  // the hints name b, then a
+  }).join();
+  EXPECT_FALSE(hinted_after_flush);
+}
+
 }  // namespace
 }  // namespace evpool

@@ -125,6 +125,8 @@ class EventPoolCore final : private DeferredWork {
   static constexpr bool kCountCalls = Policy::count_calls;
   // Handles that may be busy when put back are never handed out busy (take_older_or_bypass).
   static constexpr bool kBusyHandles = BusyHandleBackend<Backend>;
+  // Busy handles a Get off the cache asks of the depot's top before it creates (take_idle_from_depot).
+  static constexpr std::size_t kDepotCandidates = 4;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
   using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
   using Cache = ThreadCache<EventPoolCore>;
@@ -491,18 +493,23 @@ class EventPoolCore final : private DeferredWork {
 
   // Busy handles (CUDA streams: work of their last holder is still pending). The loaded
   // magazine's newest handle, just taken, is busy. Its oldest, at the bottom, has had the longest
-  // to finish: if that one is idle it is handed out, and the busy one takes its place at the
-  // bottom, where it is asked last. A thread that puts streams back busy and gets them again
-  // (enqueue, hand back, get) so cycles through its cached streams in order, two queries a Get,
-  // with no shared write. If the oldest is busy too, the newest goes back on top and the Get goes
-  // to the depot, which hands out no busy handle either and creates a new one if it must.
+  // to finish: if that one is idle it is handed out, the others move down one place and the busy
+  // one goes back on top. The magazine is then a queue for busy handles: a thread that hands
+  // streams back busy and gets them again (enqueue, hand back, get) always asks the one it handed
+  // back longest ago, two queries a Get, with no shared write, and needs only as many streams as
+  // its work has in flight. (A swap of the two instead sent the busy one to the bottom, to be
+  // asked next: with work longer than two Gets every Get created, up to two full magazines.) If
+  // the oldest is busy too, the newest goes back on top and the Get goes to the depot, which hands
+  // out no busy handle either and creates a new one if it must.
   [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
                                                      handle_type busy, int device, int leases) {
     auto &loaded = magazines.loaded;
-    if (!loaded.empty()) {
-      handle_type &oldest = loaded.magazine->handles[0];
-      if (!depots_.backend().has_pending_work(oldest)) {
-        const handle_type idle = std::exchange(oldest, busy);
+    if (const std::uint32_t count = loaded.count(); count != 0) {
+      handle_type *handles = loaded.magazine->handles;
+      if (!depots_.backend().has_pending_work(handles[0])) {
+        const handle_type idle = handles[0];
+        std::copy(handles + 1, handles + count, handles);
+        handles[count - 1] = busy;
         if (leases != 0) cache.owner_count_leases(leases);
         cache.owner_exit();
         return idle;
@@ -551,23 +558,41 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // An idle event of the depot, or else a retired one, into `handle`; false if there is neither.
-  // Where handles can be busy, one that is busy goes back (to the depot if it still fits, else
-  // among the retired) and the caller creates instead: at most one query each.
+  // Where handles can be busy, the depot's top holds those handed back last, the busiest: up to
+  // kDepotCandidates are asked, and the busy ones go back (to the depot if they still fit, else
+  // among the retired) before the caller creates. A retired one is asked once.
   bool take_idle_from_depot(Depots &store, int device, handle_type &handle) noexcept {
-    if (store.take_one(device, handle)) {
-      if (!is_busy(handle)) return true;
-      bool back = false;
-      try {
-        back = store.give_one(device, handle);
-      } catch (...) {
+    if constexpr (kBusyHandles) {
+      handle_type busy[kDepotCandidates];
+      std::size_t asked = 0;
+      bool found = false;
+      while (!found && asked < kDepotCandidates && store.take_one(device, handle)) {
+        if (is_busy(handle))
+          busy[asked++] = handle;
+        else
+          found = true;
       }
-      if (!back) store.retire_one(device, handle);
+      while (asked > 0) give_back_busy(store, device, busy[--asked]);  // in the order they were
+      if (found) return true;
+    } else if (store.take_one(device, handle)) {
+      return true;
     }
     if (store.take_retired_one(device, handle)) {
       if (!is_busy(handle)) return true;
       store.retire_one(device, handle);
     }
     return false;
+  }
+
+  // A busy handle taken from the depot goes back to it, or, if it no longer fits (others were put
+  // meanwhile) or no magazine can be had, among the retired: never lost.
+  void give_back_busy(Depots &store, int device, handle_type handle) noexcept {
+    bool back = false;
+    try {
+      back = store.give_one(device, handle);
+    } catch (...) {
+    }
+    if (!back) store.retire_one(device, handle);
   }
 
   bool is_busy(handle_type handle) const noexcept {

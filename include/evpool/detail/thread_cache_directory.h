@@ -11,11 +11,11 @@
 // is the common case, not the exception: an event pool and a stream pool, or instance() and
 // instance_for(cudaEventDefault). With one hint, every call of such a thread missed it and paid
 // the slow lookup (the directory's search, and the fork check): on the 2-core machine, host
-// backend, 7.4 ns a Get+Put pair against 2.9 on one pool; with two, see docs/design.md. A hit on
-// the second hint does not swap the two (that would write both on every call of an alternating
-// thread); a slow lookup puts its pool first and moves the first hint second, so a third pool
-// used in turn evicts the one used least recently. The directory itself is constant-initialised
-// and trivially destructible, so
+// backend, 7.9 ns a Get+Put pair against 2.8 on one pool; with two, 2.9 (docs/design.md). A hit
+// on the second hint does not swap the two (that would write both on every call of an
+// alternating thread); a slow lookup puts its pool first and moves the first hint second, so the
+// second hint is the one a new pool evicts, whichever of the two was used last. The directory
+// itself is constant-initialised and trivially destructible, so
 // reaching it costs no guard and no call (`constinit thread_local`). It is an inline variable with
 // default visibility, so an executable reaches it at a constant offset from the thread pointer and
 // most shared objects bind to one copy.
@@ -88,6 +88,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "evpool/detail/fork_guard.h"
 #include "evpool/export.h"
 
 namespace evpool::detail {
@@ -154,10 +155,19 @@ struct ThreadCacheDirectory {
     if (hints[1].pool_id == pool_id) return hints[1].cache;
     return nullptr;
   }
-  /// `cache` of `pool_id` becomes the first hint, the first the second.
+  /// `cache` of `pool_id` becomes the first hint, the first the second. A fork() from a signal
+  /// handler in the middle would leave the child a parent's hint: the child's handler clears
+  /// both, and the resumed copy writes the first back as the second, for a pool whose lookup made
+  /// no check in the child. The fork generation, read before and after, tells, and the hints
+  /// are cleared again (the lookup's own pool is checked after, by hinted_after_fork_check).
   void hint(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
+    const std::uint32_t generation = fork_generation();
     if (hints[0].pool_id != pool_id) hints[1] = hints[0];
     hints[0] = {pool_id, cache};
+    // Relaxed loads of the generation suffice: a fork in between runs the child's handler on
+    // this very thread, whose writes this thread's later load sees.
+    if (fork_generation() != generation) [[unlikely]]
+      forget_hints();
   }
   /// A hint that names `cache` is dropped.
   void forget_hint_of(const ThreadCacheLink *cache) noexcept {
