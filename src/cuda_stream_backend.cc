@@ -57,7 +57,9 @@ bool CUDAStreamBackend::has_pending_work(cudaStream_t handle) const noexcept {
     if (status == CUDA_ERROR_NOT_READY) return true;
   }
   // No entry point, or an error (a thread with no current context, say): the runtime's query,
-  // which sets the context up. It leaves no last error for "not ready".
+  // which sets the context up. It leaves no last error for "not ready"; another error (of earlier
+  // asynchronous work) stays the thread's last error, for the caller to find, as the runtime
+  // leaves it after any call.
   return relaxed(calls, [&] { return cudaStreamQuery(handle); }) == cudaErrorNotReady;
 }
 
