@@ -170,9 +170,21 @@ std::int64_t idle_beyond_the_limit(std::size_t threads) {
 // every atomic operation of the pool is a yield point at which another thread may run. Leases are
 // therefore moved out of a container before they are destroyed, and never move-assigned (which
 // would return an event in the middle of a container operation).
+// The backend a policy of the suite runs over: LedgerStreamBackend for OverStreams<...>.
+template <class Policy>
+struct LedgerOf {
+  using type = LedgerBackend;
+};
+template <class Policy>
+requires requires { typename Policy::ledger_backend; }
+struct LedgerOf<Policy> {
+  using type = typename Policy::ledger_backend;
+};
+
 template <class Policy>
 class ScenarioRun {
-  using Pool = BasicEventPool<LedgerBackend, Policy>;
+  using Backend = typename LedgerOf<Policy>::type;
+  using Pool = BasicEventPool<Backend, Policy>;
   using Event = LedgerBackend::Event;
 
  public:
@@ -338,7 +350,7 @@ class ScenarioRun {
   }
 
   const Scenario &scenario_;
-  LedgerBackend backend_;
+  Backend backend_;
   std::optional<Pool> pool_;
   std::vector<Holdings> holdings_;
   std::deque<typename Pool::shared_lease> mailbox_;
@@ -443,18 +455,27 @@ void expect_none(const Violations &v) {
 struct SmallFencedMagazinesPolicy : SmallMagazinesPolicy {
   using fence = test::OwnersFenceFully;
 };
+// A policy whose pool runs over LedgerStreamBackend: the core's stream paths (a busy handle
+// passed over in the cache and in the depot, a bare handle asked for its device).
+template <class Base>
+struct OverStreams : Base {
+  using ledger_backend = testing_support::LedgerStreamBackend;
+};
 using PoliciesUnderTest =
     ::testing::Types<DeterministicNoCachePolicy<>, DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>,
-                     DeterministicPolicy<detail::kMaxTagBits, SmallFencedMagazinesPolicy>>;
+                     DeterministicPolicy<detail::kMaxTagBits, SmallFencedMagazinesPolicy>,
+                     OverStreams<DeterministicNoCachePolicy<>>,
+                     OverStreams<DeterministicPolicy<detail::kMaxTagBits, SmallMagazinesPolicy>>>;
 
 struct PolicyNames {
   template <class Policy>
   static std::string GetName(int) {
-    if (Policy::cache_capacity == 0) return "NoCaches";
+    const std::string streams = std::is_same_v<typename LedgerOf<Policy>::type, LedgerBackend> ? "" : "Streams";
+    if (Policy::cache_capacity == 0) return streams + "NoCaches";
     // By type, not by asking the fence: where membarrier is refused the default fence would
     // answer the same, and two cases would share a name.
     const std::string fenced = std::is_same_v<typename Policy::fence, test::OwnersFenceFully> ? "FencedFully" : "";
-    return "CachesOf" + std::to_string(Policy::cache_capacity) + fenced;
+    return streams + "CachesOf" + std::to_string(Policy::cache_capacity) + fenced;
   }
 };
 
@@ -489,6 +510,16 @@ TYPED_TEST(Interleavings, ThreeThreadsOnOneDevice) {
     expect_none(explore<TypeParam>(scenario, 1, "3 threads x 2 ops, 1 device"));
     expect_none(explore_randomly<TypeParam>(scenario, 4000, 1, "3 threads x 2 ops, 1 device"));
   }
+}
+
+// A thread that holds three at once and hands them back, against one that trades a single one:
+// its cache's loaded magazine holds several handles, so that over streams (every other query
+// busy) a Get passes over its busy newest for the oldest, and the others move down.
+TYPED_TEST(Interleavings, AThreadHandingBackSeveralBesideAnother) {
+  const Scenario scenario{
+      .prewarm = {0, 0, 0},
+      .threads = {{Get(), Get(), Get(), Put(), Put(), Put(), Get(), Get()}, {Get(), Put(), Get()}}};
+  expect_none(explore_randomly<TypeParam>(scenario, 1000, 1, "3 held and handed back, beside 1"));
 }
 
 TYPED_TEST(Interleavings, ThreeThreadsRandomSample) {

@@ -136,4 +136,19 @@ class LedgerBackend {
   std::shared_ptr<Ledger> ledger_;
 };
 
+/// LedgerBackend with the stream paths of the core: every other query of a handle reads busy (the
+/// count is the backend's, a plain one: the scheduled threads run one at a time), and a bare
+/// handle tells its device from the ledger.
+class LedgerStreamBackend : public LedgerBackend {
+ public:
+  using LedgerBackend::LedgerBackend;
+  bool has_pending_work(handle_type) const noexcept { return (++*queries_ & 1) != 0; }
+  int query_device(handle_type token) const noexcept {
+    return ledger().known(token) ? ledger().device_of(token) : -1;
+  }
+
+ private:
+  std::shared_ptr<std::uint64_t> queries_ = std::make_shared<std::uint64_t>(0);
+};
+
 }  // namespace evpool::testing_support
