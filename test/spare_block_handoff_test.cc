@@ -21,25 +21,28 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
+#include "support/host_stream_backend.h"
 
 namespace evpool {
 namespace {
 
-using Pool = BasicEventPool<HostBackend, DefaultPoolPolicy>;
-
+template <class Pool>
 struct Handed {
-  Pool::shared_lease lease;
+  typename Pool::shared_lease lease;
   std::uint64_t serial;
 };
 
 // A queue of leases from the beginners to the enders.
+template <class Pool>
 class Queue {
+  using Item = Handed<Pool>;
+
  public:
-  void push(std::vector<Handed> &&batch) {
+  void push(std::vector<Item> &&batch) {
     std::lock_guard lock(mutex_);
     for (auto &item : batch) items_.push_back(std::move(item));
   }
-  bool pop(std::vector<Handed> &out, std::size_t most) {
+  bool pop(std::vector<Item> &out, std::size_t most) {
     std::lock_guard lock(mutex_);
     for (; most > 0 && !items_.empty(); --most) {
       out.push_back(std::move(items_.front()));
@@ -54,7 +57,7 @@ class Queue {
 
  private:
   std::mutex mutex_;
-  std::deque<Handed> items_;
+  std::deque<Item> items_;
 };
 
 struct Board {
@@ -62,40 +65,53 @@ struct Board {
   std::vector<std::atomic<std::uint8_t>> held;  // by event serial: held by a live lease
   std::atomic<int> held_twice{0}, changed_under_lease{0};
 
-  void begun(const Handed &handed) {
+  template <class Item>
+  void begun(const Item &handed) {
     if (handed.serial >= held.size() || held[handed.serial].exchange(1) != 0) held_twice.fetch_add(1);
   }
   // Checks the lease and drops it; the flag clears before the event goes back to the pool.
-  void end(Handed &handed) {
+  template <class Item>
+  void end(Item &handed) {
     if (HostBackend::serial_of(handed.lease.get()) != handed.serial) changed_under_lease.fetch_add(1);
     if (handed.serial < held.size()) held[handed.serial].store(0);
     handed.lease.reset();
   }
 };
 
+// Over HostBackend, or HostStreamBackend (the core's stream paths; some leases end with their
+// stream busy, and none may begin with a busy one).
+template <class Backend>
 void run(bool destroy_pool_while_ending) {
+  using Pool = BasicEventPool<Backend, DefaultPoolPolicy>;
+  using Item = Handed<Pool>;
+  constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kBeginners = 2, kEnders = 2, kRounds = 4000;
-  HostBackend backend(1);
+  Backend backend(1);
+  std::atomic<int> handed_busy{0};
   {
-    auto pool = std::make_unique<Pool>(backend, HostBackend::kDefaultOptions, 64);
+    auto pool = std::make_unique<Pool>(backend, Backend::kDefaultOptions, 64);
     Board board(1 << 20);
-    Queue queue;
+    Queue<Pool> queue;
     std::atomic<int> beginners_left{kBeginners};
     std::atomic<bool> stop_trimming{false};
 
     auto beginner = [&](int t) {
       std::mt19937 random(static_cast<unsigned>(t * 17 + 3));
       for (int round = 0; round < kRounds; ++round) {
-        std::vector<Handed> batch;
+        std::vector<Item> batch;
         const int burst = 1 + static_cast<int>(random() % 40);
         for (int i = 0; i < burst; ++i) {
-          Handed handed{pool->LeaseShared(0), 0};
+          Item handed{pool->LeaseShared(0), 0};
           handed.serial = HostBackend::serial_of(handed.lease.get());
           board.begun(handed);
+          if constexpr (kStreams) {
+            if (backend.pending_queries(handed.lease.get()) != 0) handed_busy.fetch_add(1);
+            if (random() % 2 == 0) backend.make_busy(handed.lease.get(), 1 + random() % 4);  // work enqueued
+          }
           batch.push_back(std::move(handed));
         }
         // Some leases this thread ends itself, after the others are handed on.
-        std::vector<Handed> own;
+        std::vector<Item> own;
         if (random() % 4 == 0) {
           own.push_back(std::move(batch.back()));
           batch.pop_back();
@@ -108,7 +124,7 @@ void run(bool destroy_pool_while_ending) {
     };
     // An ender ends up to `budget` leases and exits: its spare blocks go over at exit.
     auto ender = [&](int budget) {
-      std::vector<Handed> got;
+      std::vector<Item> got;
       while (budget > 0) {
         got.clear();
         if (!queue.pop(got, 64)) {
@@ -149,14 +165,21 @@ void run(bool destroy_pool_while_ending) {
     if (trim_thread.joinable()) trim_thread.join();
     EXPECT_EQ(board.held_twice.load(), 0) << "an event was held by two leases at once";
     EXPECT_EQ(board.changed_under_lease.load(), 0) << "a lease's event changed under it: its block was reused";
+    EXPECT_EQ(handed_busy.load(), 0) << "a lease began with a stream whose work was pending";
     if (pool) pool->Purge();
   }
   run_deferred_work();  // a pool destroyed while leases were out ends through it
   EXPECT_EQ(backend.created(), backend.destroyed()) << "an event was lost";
 }
 
-TEST(SpareBlockHandoff, LeasesEndedOnExitingThreadsWhileTrimming) { run(false); }
-TEST(SpareBlockHandoff, LeasesEndedOnExitingThreadsAfterThePoolIsDestroyed) { run(true); }
+TEST(SpareBlockHandoff, LeasesEndedOnExitingThreadsWhileTrimming) { run<HostBackend>(false); }
+TEST(SpareBlockHandoff, LeasesEndedOnExitingThreadsAfterThePoolIsDestroyed) { run<HostBackend>(true); }
+TEST(SpareBlockHandoff, StreamLeasesEndedOnExitingThreadsWhileTrimming) {
+  run<test::HostStreamBackend>(false);
+}
+TEST(SpareBlockHandoff, StreamLeasesEndedOnExitingThreadsAfterThePoolIsDestroyed) {
+  run<test::HostStreamBackend>(true);
+}
 
 }  // namespace
 }  // namespace evpool
