@@ -119,7 +119,7 @@ void run_scenario(const Scenario &scenario) {
           Event event = pool.Get(use_current ? -1 : device);
           ledger.got(event, device);
           if constexpr (kStreams)
-            if (backend.pending_queries(event.get()) != 0) ledger.got_busy();
+            if (!backend.asked_idle_since_busy(event.get())) ledger.got_busy();
           held.push_back(std::move(event));
         } catch (const HostBackendFault &) {
           faults_seen.fetch_add(1, std::memory_order_relaxed);

@@ -28,10 +28,10 @@
 namespace evpool {
 namespace {
 
-std::uint32_t backend_pending(const test::HostStreamBackend &backend, std::uint64_t token) {
-  return backend.pending_queries(token);
+bool leased_busy(const test::HostStreamBackend &backend, std::uint64_t token) {
+  return !backend.asked_idle_since_busy(token);
 }
-std::uint32_t backend_pending(const HostBackend &, std::uint64_t) { return 0; }
+bool leased_busy(const HostBackend &, std::uint64_t) { return false; }
 
 struct LeaseScenario {
   int threads;
@@ -59,7 +59,7 @@ void run_leases(int threads) {
     // is dropped, so the count is 0 by the time the last drop returns the event.
     std::vector<std::atomic<int>> shared_copies(serials);
     std::atomic<int> held_twice{0}, wrong_device{0}, moved_under_a_copy{0}, handed_busy{0};
-    const auto busy = [&](auto handle) { return kStreams && backend_pending(backend, handle) != 0; };
+    const auto busy = [&](auto handle) { return kStreams && leased_busy(backend, handle); };
     std::mutex board_mutex;
     std::vector<typename Pool::shared_lease> board;  // shared copies in flight between threads
 

@@ -105,7 +105,7 @@ void run(bool destroy_pool_while_ending) {
           handed.serial = HostBackend::serial_of(handed.lease.get());
           board.begun(handed);
           if constexpr (kStreams) {
-            if (backend.pending_queries(handed.lease.get()) != 0) handed_busy.fetch_add(1);
+            if (!backend.asked_idle_since_busy(handed.lease.get())) handed_busy.fetch_add(1);
             if (random() % 2 == 0) backend.make_busy(handed.lease.get(), 1 + random() % 4);  // work enqueued
           }
           batch.push_back(std::move(handed));

@@ -497,10 +497,13 @@ class EventPoolCore final : private DeferredWork {
   // one goes back on top. The magazine is then a queue for busy handles: a thread that hands
   // streams back busy and gets them again (enqueue, hand back, get) always asks the one it handed
   // back longest ago, two queries a Get, with no shared write, and needs only as many streams as
-  // its work has in flight. (A swap of the two instead sent the busy one to the bottom, to be
-  // asked next: with work longer than two Gets every Get created, up to two full magazines.) If
-  // the oldest is busy too, the newest goes back on top and the Get goes to the depot, which hands
-  // out no busy handle either and creates a new one if it must.
+  // its work has in flight, as long as they fit its loaded magazine. (A swap of the two instead
+  // sent the busy one to the bottom, to be asked next: with work longer than two Gets every Get
+  // created, up to two full magazines.) If the oldest is busy too, the newest goes back on top and
+  // the Get goes to the depot, which hands out no busy handle either and creates a new one if the
+  // streams it asks are busy. Work that outlasts more Gets than a magazine holds so makes every
+  // Get create: a full loaded magazine trades the previous one, the oldest streams, to the depot,
+  // where only the newest few are asked (docs/streams.md, Limits).
   [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
                                                      handle_type busy, int device, int leases) {
     auto &loaded = magazines.loaded;

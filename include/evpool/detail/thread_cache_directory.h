@@ -162,10 +162,14 @@ struct ThreadCacheDirectory {
   /// are cleared again (the lookup's own pool is checked after, by hinted_after_fork_check).
   void hint(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
     const std::uint32_t generation = fork_generation();
+    // A fork in between runs the child's handler on this very thread, as a signal handler runs:
+    // what it writes, this thread's later load sees. The signal fences keep the compiler from
+    // moving the hints' reads and writes out from between the two loads (relaxed loads order no
+    // plain access); they emit no instruction.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     if (hints[0].pool_id != pool_id) hints[1] = hints[0];
     hints[0] = {pool_id, cache};
-    // Relaxed loads of the generation suffice: a fork in between runs the child's handler on
-    // this very thread, whose writes this thread's later load sees.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     if (fork_generation() != generation) [[unlikely]]
       forget_hints();
   }
