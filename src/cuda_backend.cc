@@ -11,16 +11,8 @@ cudaEvent_t CUDABackend::create(unsigned flags, int device) { return detail::cre
 
 void CUDABackend::destroy(cudaEvent_t handle) noexcept { detail::destroy_event_tolerating_exit(handle); }
 
-int CUDABackend::device_count() const {
-  int count = 0;
-  detail::check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  return count;
-}
+int CUDABackend::device_count() const { return detail::device_count(); }
 
-int CUDABackend::current_device() const {
-  int device = -1;
-  detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  return device;
-}
+int CUDABackend::current_device() const { return detail::current_device(); }
 
 }  // namespace evpool

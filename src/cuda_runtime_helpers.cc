@@ -18,6 +18,18 @@ void check_cuda(cudaError_t error, const char *call) {
   }
 }
 
+int device_count() {
+  int count = 0;
+  check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  return count;
+}
+
+int current_device() {
+  int device = -1;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
 cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept {
   const cudaError_t error = cudaEventDestroy(handle);
   // The runtime API reports the driver's CUDA_ERROR_DEINITIALIZED as cudaErrorCudartUnloading.

@@ -8,6 +8,11 @@ namespace evpool::detail {
 /// Throws CUDAError naming `call` unless `error` is cudaSuccess.
 void check_cuda(cudaError_t error, const char *call);
 
+/// cudaGetDeviceCount, and cudaGetDevice of the calling thread: what every CUDA backend reports.
+/// Throw CUDAError (no driver, no device).
+int device_count();
+int current_device();
+
 /// cudaEventDestroy, with the errors of a runtime that is unloading at process exit mapped to
 /// success: the driver reclaims the event then anyway.
 cudaError_t destroy_event_tolerating_exit(cudaEvent_t handle) noexcept;

@@ -18,17 +18,9 @@ void CUDAStreamBackend::destroy(cudaStream_t handle) noexcept {
   detail::destroy_stream_tolerating_exit(handle);
 }
 
-int CUDAStreamBackend::device_count() const {
-  int count = 0;
-  detail::check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  return count;
-}
+int CUDAStreamBackend::device_count() const { return detail::device_count(); }
 
-int CUDAStreamBackend::current_device() const {
-  int device = -1;
-  detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  return device;
-}
+int CUDAStreamBackend::current_device() const { return detail::current_device(); }
 
 namespace {
 

@@ -484,7 +484,7 @@ class EventPoolCore final : private DeferredWork {
                                                    int device, int leases) noexcept(!kBusyHandles) {
     const handle_type handle = magazines.loaded.take();
     if constexpr (kBusyHandles)
-      if (depots_.backend().has_pending_work(handle)) [[unlikely]]
+      if (is_busy(handle)) [[unlikely]]
         return take_older_or_bypass(cache, magazines, handle, device, leases);
     if (leases != 0) cache.owner_count_leases(leases);
     cache.owner_exit();
@@ -509,7 +509,7 @@ class EventPoolCore final : private DeferredWork {
     auto &loaded = magazines.loaded;
     if (const std::uint32_t count = loaded.count(); count != 0) {
       handle_type *handles = loaded.magazine->handles;
-      if (!depots_.backend().has_pending_work(handles[0])) {
+      if (!is_busy(handles[0])) {
         const handle_type idle = handles[0];
         std::copy(handles + 1, handles + count, handles);
         handles[count - 1] = busy;
