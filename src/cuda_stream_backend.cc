@@ -22,29 +22,13 @@ int CUDAStreamBackend::device_count() const { return detail::device_count(); }
 
 int CUDAStreamBackend::current_device() const { return detail::current_device(); }
 
-namespace {
-
-// Runs `call` with the calling thread's capture mode relaxed, then puts the mode back: a stream
-// query made while another thread captures in global mode is an unsafe call that invalidates
-// that capture (cudaErrorStreamCaptureInvalidated at its end, measured on the H200 host), and in
-// relaxed mode it is not. 13 ns a call there.
-template <class Call>
-auto relaxed(const detail::DriverEntryPoints &calls, Call call) {
-  if (calls.exchange_capture_mode == nullptr) return call();
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  (void)calls.exchange_capture_mode(&mode);
-  const auto result = call();
-  (void)calls.exchange_capture_mode(&mode);
-  return result;
-}
-
-}  // namespace
 
 bool CUDAStreamBackend::has_pending_work(cudaStream_t handle) const noexcept {
   if (reuse == StreamReuse::kAtOnce) return false;
   const detail::DriverEntryPoints &calls = detail::driver();
   if (calls.query != nullptr) {
-    const CUresult status = relaxed(calls, [&] { return calls.query(reinterpret_cast<CUstream>(handle)); });
+    const CUresult status =
+        detail::with_relaxed_capture(calls, [&] { return calls.query(reinterpret_cast<CUstream>(handle)); });
     if (status == CUDA_SUCCESS) return false;
     if (status == CUDA_ERROR_NOT_READY) return true;
   }
@@ -52,17 +36,19 @@ bool CUDAStreamBackend::has_pending_work(cudaStream_t handle) const noexcept {
   // which sets the context up. It leaves no last error for "not ready"; another error (of earlier
   // asynchronous work) stays the thread's last error, for the caller to find, as the runtime
   // leaves it after any call.
-  return relaxed(calls, [&] { return cudaStreamQuery(handle); }) == cudaErrorNotReady;
+  return detail::with_relaxed_capture(calls, [&] { return cudaStreamQuery(handle); }) == cudaErrorNotReady;
 }
 
 int CUDAStreamBackend::query_device(cudaStream_t handle) const noexcept {
   const detail::DriverEntryPoints &calls = detail::driver();
   CUdevice device = -1;
-  if (calls.get_device != nullptr &&
-      relaxed(calls, [&] { return calls.get_device(reinterpret_cast<CUstream>(handle), &device); }) == CUDA_SUCCESS)
+  if (calls.get_device != nullptr && detail::with_relaxed_capture(calls, [&] {
+                                       return calls.get_device(reinterpret_cast<CUstream>(handle), &device);
+                                     }) == CUDA_SUCCESS)
     return static_cast<int>(device);
   int runtime_device = -1;
-  if (relaxed(calls, [&] { return cudaStreamGetDevice(handle, &runtime_device); }) != cudaSuccess) {
+  if (detail::with_relaxed_capture(calls, [&] { return cudaStreamGetDevice(handle, &runtime_device); }) !=
+      cudaSuccess) {
     (void)cudaGetLastError();  // the failure is answered by -1
     return -1;
   }

@@ -1,0 +1,497 @@
+// evpool: BasicCompletionQueue, "tell me when the work enqueued so far on this stream is done".
+//
+// Design rationale
+// ----------------
+// A scheduler that orders work across streams must also learn when the work is done: to free
+// buffers, finish futures, start what depends on it. The queue records a pooled event on the
+// stream for each request and calls the request's callback, with the status the work ended with,
+// once the event has completed; then it returns the event to its pool and marks the request's
+// handle (BasicCompletion) done.
+//
+// Asking. Any number of threads ask at once, and asking takes no lock and writes no line that
+// another requester writes: each thread pushes onto a channel of its own (request_channel.h),
+// found through its directory of caches under the queue's id, as its event cache is found under
+// a pool's (thread_cache_directory.h). The event comes from the thread's cache of the pool. A
+// thread that cannot have a channel (its thread-local storage is being torn down, or it is out of
+// memory) pushes onto the queue's shared channel: the same stack, with several pushers.
+//
+// Polling. One thread at a time polls (`polling`, a try-lock that requesters never touch): it
+// takes every channel's requests, files them in FIFOs per thread and stream, and queries only
+// the oldest unfinished request of each (stream_fifos.h). The poller is a thread the queue owns
+// (CompletionPolling::kOwnThread), which waits adaptively between passes and sleeps when no
+// request is in progress (poller_wait.h); or the caller's own event loop, calling poll()
+// (CompletionPolling::kCaller). Callbacks run on the polling thread, one at a time, outside any
+// lock but the poller's own: they may call CUDA, and may ask this queue for more completions
+// (those go to the polling thread's channel, and are polled at the next pass).
+//
+// Exactly once. A request is in exactly one place at a time: a channel, a FIFO (or, after an
+// allocation failure, its channel's `unplaced` list), then finished. Only the poller moves it
+// between them, and it finishes a request when it takes it out of its FIFO, before anything else
+// can see it there. So each callback runs once, and each event goes back to its pool once.
+//
+// What happens at the edges:
+// - A callback that throws: the exception is caught and kept in the request's handle
+//   (callback_exception()); the event still goes back to its pool, the request is still done,
+//   and the other callbacks run as usual. poll() never throws.
+// - Destroying the queue with requests in progress: the destructor waits for them, and runs their
+//   callbacks, including requests that those callbacks make. Nothing is dropped. (A request whose
+//   work never ends keeps the destructor waiting: as cudaStreamSynchronize would.)
+// - fork(): the child's copy of the queue holds the parent's requests; they are the parent's to
+//   finish, so the child's first call on the queue forgets them (never calling their callbacks,
+//   never returning their events, which mean nothing in the child) and, for kOwnThread, starts a
+//   poller of its own. The child may then use the queue as new.
+// - Process exit: a queue with static storage is destroyed like any other (its pending callbacks
+//   run; CUDA that is already unloading reports cudaErrorCudartUnloading to them). A queue that is
+//   never destroyed keeps its poller running until the process ends: its callbacks may then run
+//   while static objects are being destroyed, so destroy a queue whose callbacks touch them.
+#pragma once
+
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "evpool/completion.h"
+#include "evpool/completion_backend.h"
+#include "evpool/detail/backoff.h"
+#include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/completion_request.h"
+#include "evpool/detail/fork_guard.h"
+#include "evpool/detail/poller_wait.h"
+#include "evpool/detail/request_channel.h"
+#include "evpool/detail/stream_fifos.h"
+#include "evpool/detail/thread_cache_directory.h"
+
+namespace evpool {
+
+/// Who polls a completion queue.
+enum class CompletionPolling {
+  kOwnThread,  ///< a thread the queue starts, and stops in its destructor
+  kCaller,     ///< the caller's own loop, through poll()
+};
+
+struct CompletionQueueOptions {
+  CompletionPolling polling = CompletionPolling::kOwnThread;
+  /// kOwnThread: how long the poller keeps polling without a pause after its last progress,
+  /// before it starts sleeping between passes. At least 0.
+  std::chrono::nanoseconds spin_for = std::chrono::microseconds(50);
+  /// kOwnThread: the longest sleep between two passes while requests are in progress (the most a
+  /// long-running piece of work can be seen late). Between 1 us and 1 s.
+  std::chrono::nanoseconds max_sleep = std::chrono::microseconds(200);
+};
+
+/// Counts since the queue was made. Exact when no call runs; otherwise each count is a recent value.
+struct CompletionQueueStats {
+  std::uint64_t requests = 0;             ///< requests the poller has taken from the requesters
+  std::uint64_t completions = 0;          ///< requests done (callback run, event returned)
+  std::uint64_t queries = 0;              ///< event queries made by the poller
+  std::uint64_t passes = 0;               ///< polling passes
+  std::uint64_t sleeps = 0;               ///< times the queue's poller thread went to sleep
+  std::uint64_t callback_exceptions = 0;  ///< callbacks that threw
+};
+
+template <CompletionBackend Backend>
+class BasicCompletionQueue {
+  using request_type = detail::CompletionRequest<Backend>;
+  using channel_type = detail::RequestChannel<request_type>;
+
+ public:
+  using backend_type = Backend;
+  using stream_type = typename Backend::stream_type;
+  using status_type = typename Backend::status_type;
+  using completion = BasicCompletion<Backend>;
+
+  /// Starts the poller thread for kOwnThread. Throws std::invalid_argument for options out of
+  /// range (naming the value), std::system_error if the thread cannot start.
+  explicit BasicCompletionQueue(Backend backend = Backend(), CompletionQueueOptions options = {})
+      : backend_(std::move(backend)), options_(validated(options)) {
+    if (options_.polling != CompletionPolling::kOwnThread) return;
+    try {
+      poller_ = new std::thread([this] { run_poller(); });
+    } catch (...) {
+      shared_channel_->let_go(channel_type::kQueue);
+      throw;
+    }
+  }
+
+  BasicCompletionQueue(const BasicCompletionQueue &) = delete;
+  BasicCompletionQueue &operator=(const BasicCompletionQueue &) = delete;
+
+  /// Waits until every request made so far is done, running their callbacks (and those of the
+  /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
+  /// may run concurrently, or begin after; handles may outlive the queue.
+  ~BasicCompletionQueue() {
+    if (fork_guard_.stale()) [[unlikely]]
+      forget_in_fork_child();
+    if (poller_ != nullptr) {
+      // seq_cst: the poller's announce_sleep and its load of `stopping_` pair with this store
+      // and wake()'s exchange (poller_wait.h).
+      stopping_.store(true, std::memory_order_seq_cst);
+      doorbell_.value.wake();
+      poller_->join();
+      delete poller_;
+    }
+    drain();  // kCaller, or a child whose poller could not start
+    for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;) {
+      channel_type *next = channel->next_channel;
+      channel->let_go(channel_type::kQueue);
+      channel = next;
+    }
+    shared_channel_->let_go(channel_type::kQueue);
+  }
+
+  /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
+  /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
+  /// or an error (a sticky device error included), also one that kept the request from being
+  /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
+  /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
+  /// request, of its channel). Throws, keeping `callback` untouched:
+  /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
+  /// - std::bad_alloc.
+  template <class F>
+  requires std::invocable < std::decay_t<F>
+  &, const status_type & > completion notify(stream_type stream, F &&callback) {
+    backend_.check_stream(stream);
+    return submit(new detail::CallbackRequest<Backend, std::decay_t<F>>(stream, std::forward<F>(callback)));
+  }
+
+  /// As above, without a callback: only the handle tells.
+  completion notify(stream_type stream) {
+    backend_.check_stream(stream);
+    return submit(new detail::SilentRequest<Backend>(stream));
+  }
+
+  /// One polling pass: takes new requests, queries the oldest of each stream, runs the callbacks
+  /// of those done. Returns how many requests it finished. For kCaller queues; on a kOwnThread
+  /// queue it polls alongside the poller thread. Thread-safe: one thread polls at a time, and a
+  /// call that finds another polling returns 0 at once (so does a callback that calls it).
+  /// Non-blocking but for the backend's queries and the callbacks. Never throws.
+  std::size_t poll() noexcept {
+    if (fork_guard_.stale()) [[unlikely]]
+      forget_in_fork_child();
+    // Acquire: pairs with the last poller's release, so this thread sees the FIFOs it left.
+    if (polling_.value.exchange(true, std::memory_order_acquire)) return 0;
+    const Pass pass = poll_once();
+    polling_.value.store(false, std::memory_order_release);
+    return pass.finished;
+  }
+
+  /// Thread-safe, wait-free; the counts are read with relaxed loads (see CompletionQueueStats).
+  CompletionQueueStats stats() const noexcept {
+    CompletionQueueStats stats;
+    stats.requests = requests_.load(std::memory_order_relaxed);
+    stats.completions = completions_.load(std::memory_order_relaxed);
+    stats.queries = queries_.load(std::memory_order_relaxed);
+    stats.passes = passes_.load(std::memory_order_relaxed);
+    stats.sleeps = sleeps_.load(std::memory_order_relaxed);
+    stats.callback_exceptions = callback_exceptions_.load(std::memory_order_relaxed);
+    return stats;
+  }
+
+  /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
+  std::chrono::nanoseconds poller_cpu_time() const noexcept {
+    clockid_t clock{};
+    timespec used{};
+    if (poller_ == nullptr || pthread_getcpuclockid(poller_->native_handle(), &clock) != 0 ||
+        clock_gettime(clock, &used) != 0)
+      return std::chrono::nanoseconds(0);
+    return std::chrono::seconds(used.tv_sec) + std::chrono::nanoseconds(used.tv_nsec);
+  }
+
+  const CompletionQueueOptions &options() const noexcept { return options_; }
+  Backend &backend() noexcept { return backend_; }
+
+ private:
+  struct Pass {
+    std::size_t finished = 0;
+    bool took = false;  // found new requests
+    bool progressed() const noexcept { return finished != 0 || took; }
+  };
+
+  static CompletionQueueOptions validated(const CompletionQueueOptions &options) {
+    using std::chrono::nanoseconds;
+    const auto where = std::string("evpool::CompletionQueue: ");
+    if (options.polling != CompletionPolling::kOwnThread && options.polling != CompletionPolling::kCaller)
+      throw std::invalid_argument(where + "polling is " + std::to_string(static_cast<int>(options.polling)) +
+                                  ", neither kOwnThread (0) nor kCaller (1)");
+    if (options.spin_for < nanoseconds(0))
+      throw std::invalid_argument(where + "spin_for is " + std::to_string(options.spin_for.count()) +
+                                  " ns; it must be at least 0");
+    if (options.max_sleep < std::chrono::microseconds(1) || options.max_sleep > std::chrono::seconds(1))
+      throw std::invalid_argument(where + "max_sleep is " + std::to_string(options.max_sleep.count()) +
+                                  " ns; it must be between 1 us and 1 s");
+    return options;
+  }
+
+  completion submit(request_type *request) noexcept {
+    int device = -1;
+    request->status = backend_.record(request->stream(), request->event(), device);
+    request->set_device(device);
+    request->failed_to_record = request->status != Backend::kSuccess;
+    this_threads_channel().push(request);
+    doorbell_.value.ring();
+    return completion(request);
+  }
+
+  [[gnu::always_inline]] channel_type &this_threads_channel() noexcept {
+    if (detail::ThreadCacheLink *link = detail::this_thread_caches.hinted(id_)) [[likely]]
+      return static_cast<channel_type &>(*link);
+    return find_or_add_channel();
+  }
+
+  [[gnu::noinline]] channel_type &find_or_add_channel() noexcept {
+    if (fork_guard_.stale()) [[unlikely]]
+      forget_in_fork_child();
+    if (detail::this_thread_caches.torn_down) return *shared_channel_;
+    if (detail::ThreadCacheLink *link = detail::find_thread_cache(id_))
+      return static_cast<channel_type &>(*link);
+    auto *channel = new (std::nothrow) channel_type(channel_type::kThread | channel_type::kQueue);
+    if (channel == nullptr) return *shared_channel_;
+    if (!detail::add_thread_cache(id_, channel)) {
+      channel->let_go(channel_type::kThread | channel_type::kQueue);
+      return *shared_channel_;
+    }
+    channel_type *head = channels_.load(std::memory_order_relaxed);
+    do {
+      channel->next_channel = head;
+      // Release: a poller that sees the channel sees it initialised.
+    } while (!channels_.compare_exchange_weak(head, channel, std::memory_order_release, std::memory_order_relaxed));
+    return *channel;
+  }
+
+  // The polling pass; the caller holds `polling_`.
+  Pass poll_once() noexcept {
+    Pass pass;
+    passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    pass.took = take(*shared_channel_);
+    channel_type *previous = nullptr;
+    for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;) {
+      channel_type *next = channel->next_channel;
+      pass.took |= take(*channel);
+      if (channel->thread_gone() && channel->in_progress == 0 && channel->unplaced == nullptr &&
+          !channel->has_requests()) {
+        unlink(previous, *channel);
+        channel->let_go(channel_type::kQueue);
+      } else {
+        previous = channel;
+      }
+      channel = next;
+    }
+    pass.finished = fifos_.finish_completed(
+        [this](request_type &request) noexcept -> std::optional<status_type> {
+          if (request.failed_to_record) return request.status;
+          queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+          return backend_.query(std::as_const(request.event()));
+        },
+        [this](request_type &request, const status_type &status) noexcept { finish(request, status); });
+    return pass;
+  }
+
+  // Files the channel's new requests (and any left unplaced) in their FIFOs. Returns whether there were any.
+  bool take(channel_type &channel) noexcept {
+    request_type *pending = channel.unplaced;
+    channel.unplaced = nullptr;
+    if (request_type *taken = channel.take_all(); taken != nullptr) {
+      if (pending == nullptr) {
+        pending = taken;
+      } else {
+        request_type *last = pending;
+        while (last->next != nullptr) last = last->next;
+        last->next = taken;
+      }
+    }
+    const bool took = pending != nullptr;
+    while (pending != nullptr) {
+      request_type *next = pending->next;
+      try {
+        fifos_.append(channel, *pending);
+        requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      } catch (const std::bad_alloc &) {
+        pending->next = next;
+        channel.unplaced = pending;  // the next pass tries again, in the same order
+        break;
+      }
+      pending = next;
+    }
+    return took;
+  }
+
+  // Unlinks `channel` (after `previous`, or the head) from the channel list. Requesters only push
+  // at the head, so a failed compare-exchange means new channels came before it.
+  void unlink(channel_type *previous, channel_type &channel) noexcept {
+    if (previous == nullptr) {
+      channel_type *head = &channel;
+      // Relaxed: the channel is the poller's to unlink; requesters only read the head to push.
+      if (channels_.compare_exchange_strong(head, channel.next_channel, std::memory_order_relaxed)) return;
+      previous = head;
+      while (previous->next_channel != &channel) previous = previous->next_channel;
+    }
+    previous->next_channel = channel.next_channel;
+  }
+
+  void finish(request_type &request, const status_type &status) noexcept {
+    request.status = status;
+    try {
+      request.run_callback();
+    } catch (...) {
+      request.callback_exception = std::current_exception();
+      callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1,
+                                 std::memory_order_relaxed);
+    }
+    backend_.give_back(std::move(request.event()), request.device());
+    completions_.store(completions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    request.finish();
+    request.release();  // the queue's reference
+  }
+
+  bool any_channel_has_requests() const noexcept {
+    if (shared_channel_->has_requests()) return true;
+    for (const channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
+         channel = channel->next_channel)
+      if (channel->has_requests()) return true;
+    return false;
+  }
+
+  bool busy() const noexcept { return fifos_.in_progress() != 0 || any_unplaced(); }
+  bool any_unplaced() const noexcept {
+    if (shared_channel_->unplaced != nullptr) return true;
+    for (const channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
+         channel = channel->next_channel)
+      if (channel->unplaced != nullptr) return true;
+    return false;
+  }
+
+  void run_poller() noexcept {
+    prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us (poller_wait.h); a failure only coarsens sleeps
+    detail::AdaptiveWait wait(options_.spin_for, options_.max_sleep);
+    for (;;) {
+      const Step step = poll_and_decide(wait, /*announce=*/true);
+      if (step.action == Step::kStop) return;
+      if (step.action == Step::kSleep) {
+        sleeps_.store(sleeps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        doorbell_.value.sleep(step.sleep);
+      }
+    }
+  }
+
+  // Polls until nothing is in progress and no channel holds a request (the destructor).
+  void drain() noexcept {
+    detail::AdaptiveWait wait(options_.spin_for, options_.max_sleep);
+    for (;;) {
+      const Step step = poll_and_decide(wait, /*announce=*/false);
+      if (step.action == Step::kStop) return;
+      if (step.action == Step::kSleep && step.sleep) std::this_thread::sleep_for(*step.sleep);
+    }
+  }
+
+  struct Step {
+    enum Action { kPollAgain, kSleep, kStop } action = kPollAgain;
+    std::optional<std::chrono::nanoseconds> sleep;  // kSleep: how long; none: until woken
+  };
+
+  // One pass, and what to do next. Everything that reads the channel list runs under `polling_`:
+  // a pass may unlink and free a channel. With `announce`, the sleep is announced on the
+  // doorbell before the channels are looked at once more (poller_wait.h); `stopping_` ends the
+  // loop once nothing is in progress. Without it (drain), the loop ends the same way.
+  Step poll_and_decide(detail::AdaptiveWait &wait, bool announce) noexcept {
+    // Acquire/release: as in poll().
+    if (polling_.value.exchange(true, std::memory_order_acquire)) {  // a caller polls now
+      std::this_thread::yield();
+      return {};
+    }
+    const Pass pass = poll_once();
+    Step step;
+    const bool in_progress = busy();
+    if (pass.progressed()) {
+      wait.progressed();
+    } else {
+      if (in_progress) {
+        step.sleep = wait.after_idle_pass();
+      } else {
+        wait.progressed();  // nothing to wait for: the next request starts a fresh spin
+      }
+      if (!in_progress || step.sleep) {
+        if (announce) doorbell_.value.announce_sleep();
+        // seq_cst: the second half of the doorbell's and the stop's store-load pairs (poller_wait.h).
+        const bool stop = !announce || stopping_.load(std::memory_order_seq_cst);
+        if (any_channel_has_requests()) {
+          if (announce) doorbell_.value.cancel_sleep();
+        } else if (stop && !in_progress) {
+          if (announce) doorbell_.value.cancel_sleep();
+          step.action = Step::kStop;
+        } else {
+          step.action = Step::kSleep;
+        }
+      } else {
+        detail::cpu_relax();
+      }
+    }
+    polling_.value.store(false, std::memory_order_release);
+    return step;
+  }
+
+  // The first call in a fork() child (see the top): forget the parent's requests and poller.
+  [[gnu::noinline]] void forget_in_fork_child() noexcept {
+    fork_guard_.forget_once([this]() noexcept {
+      fifos_.forget_all();
+      const auto forget = [](channel_type &channel) noexcept {
+        (void)channel.take_all();  // the parent's requests: neither called nor freed
+        channel.unplaced = nullptr;
+        channel.in_progress = 0;
+      };
+      forget(*shared_channel_);
+      for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
+           channel = channel->next_channel)
+        forget(*channel);
+      polling_.value.store(false, std::memory_order_relaxed);
+      stopping_.store(false, std::memory_order_relaxed);
+      doorbell_.value.reset();
+      if (poller_ != nullptr) {
+        poller_ = nullptr;  // names the parent's thread, which the child does not have: not joined
+        try {
+          poller_ = new std::thread([this] { run_poller(); });
+        } catch (...) {
+          poller_ = nullptr;  // the child's queue is then polled by poll() and its destructor only
+        }
+      }
+    });
+  }
+
+  Backend backend_;
+  const CompletionQueueOptions options_;
+  const std::uint64_t id_ = detail::next_pool_id();
+  detail::ForkGuard fork_guard_;
+
+  // Read by every request (the doorbell), written when the poller sleeps or wakes: a line of its own.
+  detail::CacheLinePadded<detail::PollerDoorbell> doorbell_;
+  // The channels: requesters push new ones at the head; the poller unlinks those of exited threads.
+  std::atomic<channel_type *> channels_{nullptr};
+  channel_type *const shared_channel_ = new channel_type(channel_type::kQueue);
+
+  // The poller's: one thread at a time holds `polling_`, which orders them.
+  detail::CacheLinePadded<std::atomic<bool>> polling_{false};
+  detail::StreamFifos<request_type, channel_type> fifos_;
+  std::atomic<std::uint64_t> completions_{0};
+  std::atomic<std::uint64_t> queries_{0};
+  std::atomic<std::uint64_t> passes_{0};
+  std::atomic<std::uint64_t> sleeps_{0};
+  std::atomic<std::uint64_t> callback_exceptions_{0};
+  std::atomic<std::uint64_t> requests_{0};
+
+  std::atomic<bool> stopping_{false};
+  std::thread *poller_ = nullptr;
+};
+
+}  // namespace evpool

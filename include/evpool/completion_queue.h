@@ -1,0 +1,64 @@
+// evpool: CompletionQueue, completions of work on CUDA streams, heard through pooled events.
+//
+// Design rationale
+// ----------------
+// CompletionQueue is BasicCompletionQueue (basic_completion_queue.h, where the design is) over
+// CUDACompletionBackend, which records an event from a CUDAEventPool (CUDAEventPool::instance()
+// unless told otherwise: events without timing, the cheapest to record and query) on the
+// request's stream, on the stream's device, and queries it with cuEventQuery (through the
+// runtime's entry-point lookup: no link to libcuda). A query takes driver locks, which is why
+// a single poller queries, and only the oldest request of each stream.
+//
+// Why not cudaLaunchHostFunc: its callback runs on a driver thread, may make no CUDA call, and
+// holds up the stream while it runs; each costs a host-function node in the stream (docs/
+// completions.md has the measurements).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "evpool/basic_completion_queue.h"
+#include "evpool/completion.h"
+#include "evpool/cuda_event.h"
+#include "evpool/cuda_event_pool.h"
+#include "evpool/export.h"
+
+namespace evpool {
+
+/// Thread-safe: every member may be called from any number of threads.
+class EVPOOL_API CUDACompletionBackend {
+ public:
+  using stream_type = cudaStream_t;
+  using status_type = cudaError_t;
+  using event_type = CUDAEvent;
+  static constexpr cudaError_t kSuccess = cudaSuccess;
+
+  /// Events come from `pool`, which must outlive every queue over this backend.
+  explicit CUDACompletionBackend(CUDAEventPool &pool = CUDAEventPool::instance()) noexcept : pool_(&pool) {}
+
+  /// Throws std::invalid_argument if `stream` is capturing (its work does not run until the
+  /// graph is launched; ask on the stream the graph is launched on instead). Errors in asking
+  /// are left to record(), which reports them to the request.
+  void check_stream(cudaStream_t stream) const;
+
+  /// The stream's device, an event from the pool on it, recorded on `stream`. Returns the CUDA
+  /// error that stopped it, if one did (a sticky error, an invalid stream). Never throws.
+  cudaError_t record(cudaStream_t stream, CUDAEvent &event, int &device) noexcept;
+
+  /// cudaSuccess or the work's error once it completed; nothing while it runs. Never throws.
+  std::optional<cudaError_t> query(const CUDAEvent &event) noexcept;
+
+  /// Puts the event back into the pool (destroys it if the pool refuses it). Never throws.
+  void give_back(CUDAEvent &&event, int device) noexcept;
+
+  CUDAEventPool &pool() const noexcept { return *pool_; }
+
+ private:
+  CUDAEventPool *pool_;
+};
+
+using CompletionQueue = BasicCompletionQueue<CUDACompletionBackend>;
+using Completion = BasicCompletion<CUDACompletionBackend>;
+
+}  // namespace evpool

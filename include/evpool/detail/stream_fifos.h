@@ -1,0 +1,128 @@
+// evpool: the poller's FIFOs of requests in progress, one per thread and stream. Private to the
+// library.
+//
+// Design rationale
+// ----------------
+// Work on one stream completes in the order it was enqueued, so of the requests a thread made on
+// one stream only the oldest unfinished one needs a query: while it is pending, every later one
+// is too. The poller keeps a FIFO per (channel, stream, device) and queries its head; when the
+// head completes it queries the next at once, which has often completed as well. A pass costs one
+// query per stream with work in progress, however many requests wait behind it (a poller that
+// queries every event, as pika's does, costs one per request).
+//
+// Why the channel is part of the key: a thread's requests on a stream are enqueued in the order
+// it made them, but two threads' requests on one stream reach the poller in the order it happens
+// to take their channels, which need not be the order in which their events were recorded. One
+// FIFO per thread and stream is ordered by construction. The same handle can also name different
+// streams: cudaStreamPerThread is each thread's own, and the legacy stream is each device's; the
+// channel and the device tell them apart. Requests that went through the queue's shared channel
+// (threads without a channel of their own) share FIFOs across threads: a FIFO's order may then
+// differ from the stream's, and a later request at the head only delays the earlier ones behind
+// it (when it completes, they have too); nothing is lost.
+//
+// Everything here belongs to the poller (one at a time), so nothing is atomic.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace evpool::detail {
+
+template <class Request, class Channel>
+class StreamFifos {
+ public:
+  using stream_type = typename Request::stream_type;
+  using status_type = typename Request::status_type;
+
+  /// Appends `request` (taken from `channel`) to its FIFO. Throws std::bad_alloc, leaving the
+  /// request unplaced and the FIFOs as they were.
+  void append(Channel &channel, Request &request) {
+    Fifo &fifo = fifos_[Key{&channel, request.stream(), request.device()}];
+    if (fifo.oldest == nullptr) {
+      active_.reserve(active_.size() + 1);  // may throw: nothing changed yet
+      fifo.channel = &channel;
+      fifo.oldest = &request;
+      active_.push_back(&fifo);
+    } else {
+      fifo.newest->next = &request;
+    }
+    request.next = nullptr;
+    fifo.newest = &request;
+    ++channel.in_progress;
+    ++in_progress_;
+  }
+
+  /// For each FIFO: asks `query(request)` of its oldest request, and while that gives a status,
+  /// takes the request out and calls `finish(request, status)`, which must not throw, then asks
+  /// the next. Returns how many were finished. `finish` runs callbacks, which may ask for more
+  /// completions: those go to a channel, and reach the FIFOs at the next pass, never under this
+  /// loop.
+  template <class Query, class Finish>
+  std::size_t finish_completed(Query &&query, Finish &&finish) {
+    std::size_t finished = 0;
+    for (std::size_t i = 0; i < active_.size();) {
+      Fifo &fifo = *active_[i];
+      while (fifo.oldest != nullptr) {
+        const std::optional<status_type> status = query(*fifo.oldest);
+        if (!status) break;
+        Request &done = *std::exchange(fifo.oldest, fifo.oldest->next);
+        --fifo.channel->in_progress;
+        --in_progress_;
+        ++finished;
+        finish(done, *status);
+      }
+      if (fifo.oldest == nullptr) {
+        fifo.newest = nullptr;
+        active_[i] = active_.back();
+        active_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (fifos_.size() > kKeepEmptyFifos + 4 * active_.size())
+      std::erase_if(fifos_, [](const auto &entry) { return entry.second.oldest == nullptr; });
+    return finished;
+  }
+
+  /// Requests appended and not finished.
+  std::size_t in_progress() const noexcept { return in_progress_; }
+
+  /// A fork() child forgets its parent's requests: they are the parent's to finish.
+  void forget_all() noexcept {
+    active_.clear();
+    fifos_.clear();
+    in_progress_ = 0;
+  }
+
+ private:
+  // Empty FIFOs kept for streams that come back; beyond this (and 4 per active one) they go.
+  static constexpr std::size_t kKeepEmptyFifos = 64;
+
+  struct Key {
+    const Channel *channel;
+    stream_type stream;
+    int device;
+    bool operator==(const Key &) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key &key) const noexcept {
+      const std::size_t h = std::hash<const void *>()(key.channel) * 31 + std::hash<stream_type>()(key.stream);
+      return h * 31 + static_cast<std::size_t>(key.device);
+    }
+  };
+  struct Fifo {
+    Request *oldest = nullptr;
+    Request *newest = nullptr;
+    Channel *channel = nullptr;
+  };
+
+  std::unordered_map<Key, Fifo, KeyHash> fifos_;  // node-based: a Fifo's address is stable
+  std::vector<Fifo *> active_;                    // the FIFOs with requests, in no order
+  std::size_t in_progress_ = 0;
+};
+
+}  // namespace evpool::detail

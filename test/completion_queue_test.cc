@@ -1,0 +1,327 @@
+// BasicCompletionQueue through HostCompletionBackend, one step at a time: what a callback gets,
+// in which order, how often the poller queries, what happens to errors, throwing callbacks,
+// callbacks that ask for more, handles, the destructor, threads that exit, and the poller
+// thread's sleep. Most tests poll by hand (kCaller), so each step is the test's.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_completion_queue.h"
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+#include "support/host_completion_backend.h"
+
+namespace evpool {
+namespace {
+
+using test::HostCompletionBackend;
+using test::HostWorkStream;
+using Queue = BasicCompletionQueue<HostCompletionBackend>;
+using Completion = Queue::completion;
+using namespace std::chrono_literals;
+
+constexpr CompletionQueueOptions kPolledByTest{CompletionPolling::kCaller};
+
+class CompletionQueueTest : public testing::Test {
+ protected:
+  HostBackend events_{2};
+  HostCompletionBackend::pool_type pool_{events_};
+  HostCompletionBackend backend_{pool_};
+};
+
+TEST_F(CompletionQueueTest, TheCallbackRunsOnceWhenTheWorkCompletesAndTheEventIsBackBeforeItIsReady) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  int calls = 0;
+  int status_seen = -100;
+  std::uint64_t given_back_in_callback = 99;
+  Completion completion = queue.notify(&stream, [&](int status) {
+    ++calls;
+    status_seen = status;
+    given_back_in_callback = backend_.given_back();
+  });
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(calls, 0);
+  EXPECT_FALSE(completion.ready());
+
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(status_seen, HostCompletionBackend::kSuccess);
+  EXPECT_EQ(given_back_in_callback, 0u) << "the event goes back after the callback";
+  ASSERT_TRUE(completion.ready());
+  EXPECT_EQ(backend_.given_back(), 1u) << "and before the request is ready";
+  EXPECT_EQ(completion.status(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(completion.callback_exception(), nullptr);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0);
+
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(calls, 1);
+  const CompletionQueueStats stats = queue.stats();
+  EXPECT_EQ(stats.requests, 1u);
+  EXPECT_EQ(stats.completions, 1u);
+}
+
+TEST_F(CompletionQueueTest, CallbacksOfOneStreamRunInTheOrderOfTheRequests) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> order;
+  for (int i = 1; i <= 8; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
+  stream.complete_through(3);
+  EXPECT_EQ(queue.poll(), 3u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 5u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST_F(CompletionQueueTest, OnlyTheOldestPendingRequestOfAStreamIsQueried) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  for (int i = 0; i < 8; ++i) queue.notify(&stream, [](int) {});
+  const std::uint64_t before = backend_.queries();
+  for (int pass = 0; pass < 10; ++pass) EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(backend_.queries() - before, 10u) << "one query a pass, of the oldest";
+  EXPECT_EQ(queue.stats().queries, backend_.queries());
+
+  // When the oldest completes, the next is asked at once: 8 done, 8 queries of done work + 1.
+  stream.complete_all();
+  const std::uint64_t at_completion = backend_.queries();
+  EXPECT_EQ(queue.poll(), 8u);
+  EXPECT_EQ(backend_.queries() - at_completion, 8u);
+}
+
+TEST_F(CompletionQueueTest, StreamsCompleteIndependently) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream slow, fast(1);
+  std::vector<std::string> done;
+  queue.notify(&slow, [&](int) { done.push_back("slow"); });
+  queue.notify(&fast, [&](int) { done.push_back("fast"); });
+  fast.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(done, std::vector<std::string>{"fast"});
+  slow.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(done, (std::vector<std::string>{"fast", "slow"}));
+}
+
+TEST_F(CompletionQueueTest, AStickyErrorReachesEveryLaterCallback) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> statuses;
+  for (int i = 0; i < 3; ++i) queue.notify(&stream, [&](int status) { statuses.push_back(status); });
+  stream.fail_from(2, 700);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 3u);
+  EXPECT_EQ(statuses, (std::vector<int>{0, 700, 700}));
+  EXPECT_EQ(backend_.given_back(), 3u);
+}
+
+TEST_F(CompletionQueueTest, AFailedRecordReachesTheCallbackWithoutAQuery) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  stream.fail_records(35);
+  int status_seen = 0;
+  Completion completion = queue.notify(&stream, [&](int status) { status_seen = status; });
+  const std::uint64_t before = backend_.queries();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(status_seen, 35);
+  EXPECT_EQ(backend_.queries(), before);
+  EXPECT_EQ(completion.status(), 35);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0) << "the event it got still goes back";
+}
+
+TEST_F(CompletionQueueTest, AnEventThatCannotBeCreatedReachesTheCallbackAsAStatus) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  events_.inject_create_fault([](std::uint64_t, int) { return true; });
+  int status_seen = 0;
+  queue.notify(&stream, [&](int status) { status_seen = status; });
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(status_seen, HostCompletionBackend::kCreateFailed);
+}
+
+TEST_F(CompletionQueueTest, ARefusedStreamLeavesTheCallbackWithTheCaller) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  stream.set_capturing(true);
+  auto owned = std::make_unique<int>(7);
+  auto callback = [owned = std::move(owned)](int) {};
+  EXPECT_THROW(queue.notify(&stream, std::move(callback)), std::invalid_argument);
+  EXPECT_EQ(pool_.stats().total().gets, 0u) << "refused before any event was taken";
+  stream.set_capturing(false);
+  int calls = 0;
+  queue.notify(&stream, [&, callback = std::move(callback)](int) { ++calls; });
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillRun) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  int after = 0;
+  Completion throwing = queue.notify(&stream, [](int) { throw std::runtime_error("callback failed"); });
+  Completion next = queue.notify(&stream, [&](int) { ++after; });
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 2u);
+  EXPECT_EQ(after, 1);
+  ASSERT_TRUE(throwing.ready());
+  EXPECT_THROW(std::rethrow_exception(throwing.callback_exception()), std::runtime_error);
+  EXPECT_EQ(throwing.status(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(next.callback_exception(), nullptr);
+  EXPECT_EQ(backend_.given_back(), 2u);
+  EXPECT_EQ(queue.stats().callback_exceptions, 1u);
+}
+
+TEST_F(CompletionQueueTest, ACallbackMayAskForMoreAndMayCallPoll) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> order;
+  std::size_t polled_inside = 99;
+  std::function<void(int)> chain = [&](int) {
+    order.push_back(static_cast<int>(order.size()));
+    polled_inside = queue.poll();
+    if (order.size() < 5) queue.notify(&stream, chain);
+  };
+  queue.notify(&stream, chain);
+  for (int i = 0; i < 10 && order.size() < 5; ++i) {
+    stream.complete_all();
+    queue.poll();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(polled_inside, 0u) << "a poll inside a callback finds the poller busy";
+  EXPECT_EQ(queue.stats().completions, 5u);
+}
+
+TEST_F(CompletionQueueTest, TheDestructorRunsEveryPendingCallbackIncludingThoseTheyAskFor) {
+  HostWorkStream stream;
+  std::atomic<int> calls{0};
+  Completion first;
+  std::jthread completer;
+  {
+    Queue queue(backend_, kPolledByTest);
+    first = queue.notify(&stream, [&](int) {
+      ++calls;
+      queue.notify(&stream, [&](int) { ++calls; });
+    });
+    for (int i = 0; i < 9; ++i) queue.notify(&stream, [&](int) { ++calls; });
+    completer = std::jthread([&](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        std::this_thread::sleep_for(1ms);
+        stream.complete_all();
+      }
+    });
+  }
+  EXPECT_EQ(calls.load(), 11);
+  EXPECT_TRUE(first.ready()) << "a handle outlives its queue";
+  EXPECT_EQ(first.status(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(backend_.given_back(), 11u);
+}
+
+TEST_F(CompletionQueueTest, ThePollerThreadFinishesRequestsAndWaitWakesUp) {
+  Queue queue(backend_);
+  HostWorkStream stream;
+  std::atomic<int> calls{0};
+  Completion completion = queue.notify(&stream, [&](int) { ++calls; });
+  std::jthread completer([&] {
+    std::this_thread::sleep_for(20ms);  // long enough for the waiter to sleep in the kernel
+    stream.complete_all();
+  });
+  EXPECT_EQ(completion.wait(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_GT(queue.poller_cpu_time().count(), 0);
+}
+
+TEST_F(CompletionQueueTest, AnIdlePollerSleepsUntilARequestArrives) {
+  Queue queue(backend_);
+  HostWorkStream stream;
+  stream.complete_through(1);
+  queue.notify(&stream).wait();
+  // Idle now: the poller sleeps in the kernel, making no pass, however long it is left alone.
+  std::this_thread::sleep_for(20ms);
+  const CompletionQueueStats idle = queue.stats();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(queue.stats().passes, idle.passes);
+  EXPECT_GE(idle.sleeps, 1u);
+  // And a request wakes it.
+  stream.complete_through(2);
+  EXPECT_EQ(queue.notify(&stream).wait(), HostCompletionBackend::kSuccess);
+}
+
+TEST_F(CompletionQueueTest, APollerWaitingForLongWorkBacksOffToSleeps) {
+  CompletionQueueOptions options;
+  options.spin_for = 0ns;
+  options.max_sleep = 2ms;
+  Queue queue(backend_, options);
+  HostWorkStream stream;
+  Completion completion = queue.notify(&stream);
+  std::this_thread::sleep_for(50ms);
+  const CompletionQueueStats waiting = queue.stats();
+  // Sleeps of 1 us doubling to 2 ms: about a dozen to reach the cap, then one per 2 ms.
+  EXPECT_LT(waiting.passes, 200u) << "a poller that never slept would have made millions of passes";
+  EXPECT_GE(waiting.sleeps, 10u);
+  stream.complete_all();
+  EXPECT_EQ(completion.wait(), HostCompletionBackend::kSuccess);
+}
+
+TEST_F(CompletionQueueTest, RequestsOfAThreadThatExitedStillComplete) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::atomic<int> calls{0};
+  std::thread([&] {
+    for (int i = 0; i < 4; ++i) queue.notify(&stream, [&](int) { ++calls; });
+  }).join();
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 4u);
+  EXPECT_EQ(calls.load(), 4);
+  queue.poll();  // the channel of the exited thread is let go of here (LeakSanitizer checks)
+}
+
+TEST_F(CompletionQueueTest, OptionsOutOfRangeAreRefusedByValue) {
+  const auto message_of = [&](CompletionQueueOptions options) -> std::string {
+    try {
+      Queue queue(backend_, options);
+    } catch (const std::invalid_argument &error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  CompletionQueueOptions options;
+  options.spin_for = -5ns;
+  EXPECT_NE(message_of(options).find("spin_for is -5 ns"), std::string::npos) << message_of(options);
+  options = {};
+  options.max_sleep = 0ns;
+  EXPECT_NE(message_of(options).find("max_sleep is 0 ns"), std::string::npos) << message_of(options);
+  options = {};
+  options.polling = static_cast<CompletionPolling>(7);
+  EXPECT_NE(message_of(options).find("polling is 7"), std::string::npos) << message_of(options);
+}
+
+TEST_F(CompletionQueueTest, AnEmptyOrUnfinishedHandleSaysSo) {
+  Completion empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_FALSE(empty.ready());
+  EXPECT_THROW(empty.wait(), std::logic_error);
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  Completion pending = queue.notify(&stream);
+  EXPECT_THROW(pending.status(), std::logic_error);
+  EXPECT_THROW(pending.callback_exception(), std::logic_error);
+  stream.complete_all();
+  queue.poll();
+  EXPECT_EQ(pending.status(), HostCompletionBackend::kSuccess);
+}
+
+}  // namespace
+}  // namespace evpool
