@@ -11,10 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include "evpool/basic_completion_queue.h"
 #include "evpool/basic_event_pool.h"
+#include "evpool/completion_queue.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/host_backend.h"
+#include "support/host_completion_backend.h"
 
 namespace {
 
@@ -96,6 +99,61 @@ int cuda_pool_destroyed_after_runtime_unloads() {
   std::exit(0);
 }
 
+// Requests pending when the process exits, in a queue with static storage: its destructor runs
+// their callbacks. The check is an atexit handler registered before the queue is constructed,
+// hence run after it is destroyed.
+std::atomic<int> callbacks_at_exit{0};
+constexpr int kRequestsAtExit = 16;
+
+void expect_every_callback_ran_at_exit() {
+  std::atexit([] {
+    if (callbacks_at_exit.load() != kRequestsAtExit) {
+      std::fprintf(stderr, "%d of %d callbacks ran before exit\n", callbacks_at_exit.load(), kRequestsAtExit);
+      _exit(3);
+    }
+  });
+}
+
+int host_completion_queue_with_pending_work() {
+  expect_every_callback_ran_at_exit();
+  static evpool::HostBackend events(1);
+  static evpool::BasicEventPool<evpool::HostBackend> pool(events);
+  static evpool::test::HostWorkStream stream;
+  static evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend> queue{
+      evpool::test::HostCompletionBackend(pool)};
+  for (int i = 0; i < kRequestsAtExit; ++i) queue.notify(&stream, [](int) { callbacks_at_exit.fetch_add(1); });
+  std::thread([] {  // the work completes while the process is exiting
+    std::this_thread::sleep_for(50ms);
+    stream.complete_all();
+  }).detach();
+  std::exit(0);
+}
+
+int host_completion_queue_leaked_with_work_that_never_ends() {
+  // Never destroyed: its poller is still backing off when the process ends under it.
+  auto *events = new evpool::HostBackend(1);
+  auto *pool = new evpool::BasicEventPool<evpool::HostBackend>(*events);
+  auto *queue = new evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend>(
+      evpool::test::HostCompletionBackend(*pool));
+  static evpool::test::HostWorkStream never_done;
+  for (int i = 0; i < 4; ++i) queue->notify(&never_done, [](int) { std::abort(); });
+  std::this_thread::sleep_for(20ms);
+  std::exit(0);
+}
+
+int cuda_completion_queue_with_pending_work() {
+  require_gpu();
+  expect_every_callback_ran_at_exit();
+  static evpool::CompletionQueue queue;
+  static void *buffer = nullptr;
+  if (cudaMalloc(&buffer, 64 << 20) != cudaSuccess) return 1;
+  for (int i = 0; i < kRequestsAtExit; ++i) {
+    cudaMemsetAsync(buffer, i, 64 << 20, nullptr);
+    queue.notify(nullptr, [](cudaError_t) { callbacks_at_exit.fetch_add(1); });
+  }
+  std::exit(0);
+}
+
 struct Scenario {
   const char *name;
   int (*run)();
@@ -106,6 +164,9 @@ constexpr Scenario kScenarios[] = {
     {"cuda-singleton-leases-at-exit", cuda_singleton_leases_at_exit},
     {"cuda-threads-running", cuda_threads_running},
     {"cuda-pool-destroyed-after-runtime-unloads", cuda_pool_destroyed_after_runtime_unloads},
+    {"host-completion-queue-with-pending-work", host_completion_queue_with_pending_work},
+    {"host-completion-queue-leaked-with-work-that-never-ends", host_completion_queue_leaked_with_work_that_never_ends},
+    {"cuda-completion-queue-with-pending-work", cuda_completion_queue_with_pending_work},
 };
 
 }  // namespace

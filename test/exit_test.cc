@@ -72,7 +72,10 @@ TEST_P(ProcessExit, EndsCleanly) {
 INSTANTIATE_TEST_SUITE_P(Scenarios, ProcessExit,
                          testing::Values("host-pool-with-leases", "host-threads-running",
                                          "cuda-singleton-leases-at-exit", "cuda-threads-running",
-                                         "cuda-pool-destroyed-after-runtime-unloads"),
+                                         "cuda-pool-destroyed-after-runtime-unloads",
+                                         "host-completion-queue-with-pending-work",
+                                         "host-completion-queue-leaked-with-work-that-never-ends",
+                                         "cuda-completion-queue-with-pending-work"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &c : name)

@@ -1,0 +1,99 @@
+// A completion queue after fork(): the parent's requests are the parent's. The child's first call
+// forgets them (their callbacks never run in the child, their events are neither returned nor
+// destroyed there), starts a poller thread of its own where the queue had one, and then serves
+// the child's requests; the parent's requests complete in the parent, once.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "evpool/basic_completion_queue.h"
+#include "evpool/basic_event_pool.h"
+#include "evpool/host_backend.h"
+#include "support/host_completion_backend.h"
+
+namespace evpool {
+namespace {
+
+using test::HostCompletionBackend;
+using test::HostWorkStream;
+using Queue = BasicCompletionQueue<HostCompletionBackend>;
+
+// Runs `child` in a fork() child and returns its exit status (a bit mask of failures).
+int run_in_child(const std::function<int()> &child) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(child());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+class CompletionQueueAfterFork : public testing::TestWithParam<CompletionPolling> {
+ protected:
+  HostBackend events_{1};
+  HostCompletionBackend::pool_type pool_{events_};
+  HostCompletionBackend backend_{pool_};
+};
+
+TEST_P(CompletionQueueAfterFork, TheChildServesItsOwnRequestsAndNeverItsParents) {
+  Queue queue(backend_, CompletionQueueOptions{GetParam()});
+  HostWorkStream parents_stream;
+  std::atomic<int> parents_calls{0};
+  for (int i = 0; i < 4; ++i) queue.notify(&parents_stream, [&](int) { ++parents_calls; });
+  const auto wait = [&](Queue::completion &completion) {
+    while (!completion.ready())
+      if (GetParam() == CompletionPolling::kCaller) queue.poll();
+    return completion.status();
+  };
+
+  const int failures = run_in_child([&] {
+    int failed = 0;
+    parents_stream.complete_all();  // the parent's work is done in the child's copy too
+    HostWorkStream childs_stream;
+    childs_stream.complete_through(1);
+    Queue::completion childs = queue.notify(&childs_stream);
+    if (wait(childs) != HostCompletionBackend::kSuccess) failed |= 1;
+    queue.poll();
+    if (parents_calls.load() != 0) failed |= 2;         // a parent's callback ran in the child
+    if (backend_.given_back() != 1) failed |= 4;        // a parent's event went back in the child
+    if (events_.destroyed() != 0) failed |= 8;          // or was destroyed there
+    return failed;
+  });
+  EXPECT_EQ(failures, 0);
+
+  parents_stream.complete_all();
+  Queue::completion last = queue.notify(&parents_stream);
+  parents_stream.complete_all();
+  EXPECT_EQ(wait(last), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(parents_calls.load(), 4);
+  EXPECT_EQ(backend_.given_back(), 5u);
+}
+
+TEST_P(CompletionQueueAfterFork, AChildsDestructorDoesNotWaitForItsParentsRequests) {
+  auto queue = std::make_unique<Queue>(backend_, CompletionQueueOptions{GetParam()});
+  HostWorkStream never_done;
+  std::atomic<int> calls{0};
+  queue->notify(&never_done, [&](int) { ++calls; });
+  // In the child the work never completes: a destructor that waited for it would hang the test.
+  EXPECT_EQ(run_in_child([&] {
+              queue.reset();
+              return calls.load() == 0 ? 0 : 1;
+            }),
+            0);
+  never_done.complete_all();
+  queue.reset();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Polling, CompletionQueueAfterFork,
+                         testing::Values(CompletionPolling::kOwnThread, CompletionPolling::kCaller),
+                         [](const auto &info) {
+                           return info.param == CompletionPolling::kOwnThread ? "OwnThread" : "Caller";
+                         });
+
+}  // namespace
+}  // namespace evpool
