@@ -154,7 +154,9 @@ TEST_F(CompletionConcurrency, CallersPollingAtOnceOverSharedStreamsWithCallbacks
             ledger.runs[static_cast<std::size_t>(id)].fetch_add(1);
             if (id % 4 == 0) {
               const long follow_up = next_follow_up.fetch_add(1);
-              queue.notify(stream, [&, follow_up](int) { ledger.runs[static_cast<std::size_t>(follow_up)].fetch_add(1); });
+              queue.notify(stream, [&, follow_up](int) {
+                ledger.runs[static_cast<std::size_t>(follow_up)].fetch_add(1);
+              });
             }
           });
           if (i % 64 == 0) std::this_thread::yield();
@@ -218,7 +220,8 @@ TEST_F(CompletionConcurrency, EveryWaiterWakes) {
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, t] {
         for (int i = 0; i < kRequestsEach; ++i)
-          if (queue.notify(all[static_cast<std::size_t>(t)]).wait() == HostCompletionBackend::kSuccess) ++waited;
+          if (queue.notify(all[static_cast<std::size_t>(t)]).wait() == HostCompletionBackend::kSuccess)
+            ++waited;
       });
   }
   EXPECT_EQ(waited.load(), kThreads * kRequestsEach);

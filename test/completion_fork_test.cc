@@ -58,9 +58,9 @@ TEST_P(CompletionQueueAfterFork, TheChildServesItsOwnRequestsAndNeverItsParents)
     Queue::completion childs = queue.notify(&childs_stream);
     if (wait(childs) != HostCompletionBackend::kSuccess) failed |= 1;
     queue.poll();
-    if (parents_calls.load() != 0) failed |= 2;         // a parent's callback ran in the child
-    if (backend_.given_back() != 1) failed |= 4;        // a parent's event went back in the child
-    if (events_.destroyed() != 0) failed |= 8;          // or was destroyed there
+    if (parents_calls.load() != 0) failed |= 2;   // a parent's callback ran in the child
+    if (backend_.given_back() != 1) failed |= 4;  // a parent's event went back in the child
+    if (events_.destroyed() != 0) failed |= 8;    // or was destroyed there
     return failed;
   });
   EXPECT_EQ(failures, 0);

@@ -275,6 +275,38 @@ TEST_F(CompletionQueueTest, APollerWaitingForLongWorkBacksOffToSleeps) {
   EXPECT_EQ(completion.wait(), HostCompletionBackend::kSuccess);
 }
 
+// The poller announces its sleep, then looks at the channels once more (poller_wait.h): a request
+// pushed after its pass took the channels, and before it announced, must keep it awake. Here the
+// request is pushed from inside the pass (a callback-free notify from the query), when the next
+// backoff sleep would last max_sleep, 1 s: missed, it would wait that long.
+TEST_F(CompletionQueueTest, ARequestPushedDuringAPassKeepsThePollerFromItsBackoffSleep) {
+  CompletionQueueOptions options;
+  options.spin_for = 0ns;
+  options.max_sleep = 1s;
+  HostWorkStream never_done, always_done;
+  always_done.complete_through(UINT64_MAX);
+  std::atomic<bool> pushed{false};
+  Completion pushed_in_pass;
+  Queue *queue_in_hook = nullptr;
+  backend_.on_query([&] {
+    // 21 sleeps of 1 us doubling: the next one is capped at max_sleep.
+    if (pushed.load() || queue_in_hook == nullptr || queue_in_hook->stats().sleeps < 21) return;
+    pushed_in_pass = queue_in_hook->notify(&always_done);
+    pushed.store(true);
+  });
+  Queue queue(backend_, options);
+  queue_in_hook = &queue;
+  Completion blocked = queue.notify(&never_done);
+  while (!pushed.load()) std::this_thread::sleep_for(1ms);
+  const auto pushed_at = std::chrono::steady_clock::now();
+  while (!pushed_in_pass.ready() && std::chrono::steady_clock::now() - pushed_at < 10s)
+    std::this_thread::yield();
+  EXPECT_LT(std::chrono::steady_clock::now() - pushed_at, 500ms)
+      << "the request waited out a backoff sleep: the poller did not look again before sleeping";
+  never_done.complete_all();
+  EXPECT_EQ(blocked.wait(), HostCompletionBackend::kSuccess);
+}
+
 TEST_F(CompletionQueueTest, RequestsOfAThreadThatExitedStillComplete) {
   Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;

@@ -121,11 +121,13 @@ int host_completion_queue_with_pending_work() {
   static evpool::test::HostWorkStream stream;
   static evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend> queue{
       evpool::test::HostCompletionBackend(pool)};
-  for (int i = 0; i < kRequestsAtExit; ++i) queue.notify(&stream, [](int) { callbacks_at_exit.fetch_add(1); });
+  for (int i = 0; i < kRequestsAtExit; ++i)
+    queue.notify(&stream, [](int) { callbacks_at_exit.fetch_add(1); });
   std::thread([] {  // the work completes while the process is exiting
     std::this_thread::sleep_for(50ms);
     stream.complete_all();
-  }).detach();
+  })
+      .detach();
   std::exit(0);
 }
 

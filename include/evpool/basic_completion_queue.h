@@ -46,6 +46,8 @@
 //   while static objects are being destroyed, so destroy a queue whose callbacks touch them.
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -59,6 +61,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>

@@ -11,6 +11,8 @@
 // is back in its pool. A thread that sees ready() can rely on what the callback wrote.
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <exception>
 #include <stdexcept>
 #include <string>

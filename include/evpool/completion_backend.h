@@ -15,6 +15,7 @@
 #include <concepts>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 namespace evpool {
 

@@ -14,6 +14,8 @@
 // completions.md has the measurements).
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <cuda_runtime_api.h>
 
 #include <optional>

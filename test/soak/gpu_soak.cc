@@ -11,6 +11,12 @@
 //   verify    write a value on A, record, make B wait, copy the value back on B and compare;
 //             every 64th operation a capture instead: see below
 // Thread 0 also purges both pools every 1,000 operations.
+// Completions: every 16th operation of each role also asks the soak's CompletionQueue (over an
+// event pool of its own) to hear when the stream the operation used is done (pair: the leased
+// stream, before the lease ends; burst, producer: A; consumer, verify: B), unless 1,024 of the
+// thread's requests are still in progress (then it skips this one, and counts the skip: the soak
+// is not throttled to the poller's pace). The callback counts, and counts statuses other than
+// cudaSuccess.
 // A capture (ThreadLocal mode, on three streams of the thread's own): the origin clears the buffer,
 // forks two branches through evpool::wait's steps, each branch writes its half with the value,
 // the origin joins both back and ends with a graph-owned event (record_external's steps). The
@@ -26,7 +32,9 @@
 // the graph's launch before the wait), every capture ends, and none is lost: once everything is
 // returned (graph-owned events are awaited, 5 s at most) and purged, created = destroyed in both
 // pools. Each pool's stats() must then agree with its counting backend (created, destroyed) and
-// show nothing idle or out.
+// show nothing idle or out. Once the queue is destroyed (which waits for every request), each
+// request's callback has run, with cudaSuccess (callbacks = requests), every request took one
+// event from the queue's pool (gets = requests) and every event is back (none outstanding).
 // Exit status: 0 clean, 1 a violation, 77 no GPU.
 #include <cuda_runtime_api.h>
 
@@ -39,13 +47,16 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
+#include "evpool/completion_queue.h"
 #include "evpool/cuda_backend.h"
+#include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_backend.h"
 #include "evpool/detail/capture_aware_wait.h"
 #include "evpool/detail/cuda_streams.h"
@@ -104,6 +115,13 @@ const char *const kRoleNames[] = {"pair", "burst", "producer", "consumer", "veri
 
 constexpr std::uint64_t kCaptureEvery = 64;  // verify operations
 constexpr int kLaunchesPerCapture = 4;
+constexpr std::uint64_t kCompletionEvery = 16;           // operations of a thread
+constexpr std::uint64_t kCompletionsInFlightMax = 1024;  // per thread
+
+struct Completions {
+  std::atomic<std::uint64_t> requests{0}, callbacks{0}, errors{0}, refused{0}, skipped{0};
+  std::atomic<std::uint64_t> first_error{0};
+};
 
 }  // namespace
 
@@ -129,6 +147,13 @@ int main(int argc, char **argv) {
   std::vector<std::atomic<std::uint64_t>> operations(5);
   std::atomic<std::uint64_t> captures{0}, graph_launches{0};
   std::atomic<bool> stop{false};
+  // Declared after everything its callbacks touch, and destroyed (waiting for every request)
+  // before the final accounting.
+  evpool::CUDAEventPool completion_pool;
+  Completions completions;
+  std::vector<std::atomic<std::uint64_t>> completions_in_flight(static_cast<std::size_t>(threads));
+  std::optional<evpool::CompletionQueue> queue;
+  queue.emplace(evpool::CUDACompletionBackend(completion_pool));
 
   auto check = [&](cudaError_t error) {
     if (error != cudaSuccess) {
@@ -143,6 +168,32 @@ int main(int argc, char **argv) {
   auto put = [&](CUDAEvent &&event, int device) {
     if (!ledger.give_back(event.get())) violations.returned_unheld.fetch_add(1);
     pool.Put(std::move(event), device);
+  };
+
+  // Thread t asks for a completion on `stream` after every kCompletionEvery-th operation (`count`).
+  auto ask = [&](int t, cudaStream_t stream, std::uint64_t count) {
+    if (count % kCompletionEvery != 0) return;
+    std::atomic<std::uint64_t> &in_flight = completions_in_flight[static_cast<std::size_t>(t)];
+    if (in_flight.load(std::memory_order_relaxed) >= kCompletionsInFlightMax) {
+      completions.skipped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    in_flight.fetch_add(1, std::memory_order_relaxed);
+    try {
+      queue->notify(stream, [&completions, &in_flight](cudaError_t status) {
+        in_flight.fetch_sub(1, std::memory_order_relaxed);
+        completions.callbacks.fetch_add(1, std::memory_order_relaxed);
+        if (status != cudaSuccess) {
+          completions.errors.fetch_add(1, std::memory_order_relaxed);
+          std::uint64_t none = 0;
+          completions.first_error.compare_exchange_strong(none, static_cast<std::uint64_t>(status));
+        }
+      });
+      completions.requests.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception &) {
+      in_flight.fetch_sub(1, std::memory_order_relaxed);
+      completions.refused.fetch_add(1);
+    }
   };
 
   auto worker = [&](int t) {
@@ -239,6 +290,7 @@ int main(int argc, char **argv) {
           take(event);
           check(cudaEventRecord(event, stream));
           put(std::move(event), device);
+          ask(t, stream, count);
           if (!ledger.give_back(stream.get())) violations.returned_unheld.fetch_add(1);
           stream.reset();  // its memset may still be pending: the next Get must not hand it out
           check(cudaSetDevice((device + 1) % devices));
@@ -253,6 +305,7 @@ int main(int argc, char **argv) {
             check(cudaStreamWaitEvent(b, event, 0));
           }
           for (CUDAEvent &event : events) put(std::move(event), -1);
+          ask(t, a, count);
           break;
         }
         case kProducer: {
@@ -267,6 +320,7 @@ int main(int argc, char **argv) {
           CUDAEvent event = pool.Get(device);
           take(event);
           check(cudaEventRecord(event, a));
+          ask(t, a, count);
           std::lock_guard<std::mutex> lock(handoff.mutex);
           handoff.events.push_back(std::move(event));
           break;
@@ -289,6 +343,7 @@ int main(int argc, char **argv) {
           }
           check(cudaStreamWaitEvent(b, event, 0));
           put(std::move(event), -1);
+          ask(t, b, count);
           break;
         }
         case kVerify: {
@@ -304,6 +359,7 @@ int main(int argc, char **argv) {
           check(cudaStreamWaitEvent(b, event, 0));
           check(cudaMemcpyAsync(host, buffer + (1 << 18) - 1, sizeof(std::uint32_t), cudaMemcpyDeviceToHost, b));
           put(std::move(event), device);
+          ask(t, b, count);
           check(cudaStreamSynchronize(b));
           if (*host != 0x01010101u * static_cast<std::uint32_t>(byte)) violations.wrong_values.fetch_add(1);
           break;
@@ -337,6 +393,12 @@ int main(int argc, char **argv) {
   stop.store(true);
   for (std::thread &thread : pool_threads) thread.join();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  queue.reset();  // waits for every request, running its callback
+  const DeviceStats completion_figures = completion_pool.stats().total();
+  const bool completions_clean = completions.requests > 0 && completions.callbacks == completions.requests &&
+                                 completions.errors == 0 && completions.refused == 0 &&
+                                 completion_figures.outstanding == 0 &&
+                                 completion_figures.gets == completions.requests;
 
   // Graph-owned events come back asynchronously: CUDA destroys an executable graph's user objects
   // on one of its own threads shortly after cudaGraphExecDestroy, and stats() (Purge too) runs the
@@ -397,12 +459,24 @@ int main(int argc, char **argv) {
               static_cast<unsigned long long>(violations.cuda_errors.load()),
               cudaGetErrorName(static_cast<cudaError_t>(violations.first_cuda_error.load())),
               static_cast<unsigned long long>(violations.wrong_values.load()));
-  const bool clean = violations.held_twice == 0 && violations.returned_unheld == 0 &&
+  std::printf("  completions: requests %llu, callbacks %llu, errors %llu (first: %s), refused %llu, skipped %llu "
+              "(%llu in flight per thread at most), events outstanding %lld, gets %llu: %s\n",
+              static_cast<unsigned long long>(completions.requests.load()),
+              static_cast<unsigned long long>(completions.callbacks.load()),
+              static_cast<unsigned long long>(completions.errors.load()),
+              cudaGetErrorName(static_cast<cudaError_t>(completions.first_error.load())),
+              static_cast<unsigned long long>(completions.refused.load()),
+              static_cast<unsigned long long>(completions.skipped.load()),
+              static_cast<unsigned long long>(kCompletionsInFlightMax),
+              static_cast<long long>(completion_figures.outstanding),
+              static_cast<unsigned long long>(completion_figures.gets), completions_clean ? "clean" : "VIOLATION");
+  const bool clean = completions_clean && violations.held_twice == 0 && violations.returned_unheld == 0 &&
                      violations.cuda_errors == 0 && violations.wrong_values == 0 &&
                      violations.failed_captures == 0 && created == destroyed && stats_agree &&
                      violations.busy_streams == 0 && violations.wrong_device_streams == 0 &&
                      streams_created == streams_destroyed && stream_stats_agree;
-  std::printf("gpu soak: %s\n",
-              clean ? "PASSED (no violation; created = destroyed in both pools; stats() agrees)" : "FAILED");
+  std::printf("gpu soak: %s\n", clean ? "PASSED (no violation; created = destroyed in both pools; stats() agrees; "
+                                        "every completion called back)"
+                                      : "FAILED");
   return clean ? 0 : 1;
 }

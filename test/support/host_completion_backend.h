@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -100,6 +101,7 @@ class HostCompletionBackend {
   }
 
   std::optional<int> query(const event_type &event) noexcept {
+    if (state_->query_hook) state_->query_hook();
     const std::uint64_t serial = HostBackend::serial_of(event.get());
     State::Record &slot = state_->records[serial];
     slot.queries.fetch_add(1, std::memory_order_relaxed);
@@ -122,6 +124,10 @@ class HostCompletionBackend {
     }
   }
 
+  /// Runs `hook` on the polling thread at the start of every query, from now on. Set it before
+  /// any request is made.
+  void on_query(std::function<void()> hook) { state_->query_hook = std::move(hook); }
+
   /// Queries of the token with this serial, so far.
   std::uint64_t queries_of(std::uint64_t serial) const noexcept {
     return state_->records[serial].queries.load(std::memory_order_relaxed);
@@ -141,6 +147,7 @@ class HostCompletionBackend {
     std::unique_ptr<Record[]> records{new Record[kTrackedSerials]};
     std::atomic<std::uint64_t> queries{0};
     std::atomic<std::uint64_t> given_back{0};
+    std::function<void()> query_hook;
   };
 
   pool_type *pool_;

@@ -1,0 +1,84 @@
+// A sticky error reaching CompletionQueue's callbacks, for test/cuda_completion_test.cc, which runs
+// this program as a child process (the error leaves the process's context unusable).
+// On device 0, with two streams made beforehand: the fault kernel (support/ptx_kernels.h) runs on
+// the first, a completion is asked for on it and waited for; then one is asked for on the second
+// stream, which had no work, and waited for. The queue is then destroyed, and the callbacks' counts
+// and statuses printed, a line each, "faulting stream: " then "other stream, later: ", as in
+//  faulting stream: callbacks 1, status 719 cudaErrorLaunchFailure (handle: cudaErrorLaunchFailure)
+// Exit status: 0 if both callbacks ran exactly once, each with an error (not cudaSuccess) that
+// its handle reports too; 1 otherwise; 3 if the kernels could not be loaded or launched; 77
+// without a GPU (the reason on stderr).
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdio>
+#include <optional>
+
+#include "evpool/completion_queue.h"
+#include "evpool/cuda_event_pool.h"
+#include "support/ptx_kernels.h"
+
+namespace {
+
+struct Seen {
+  std::atomic<int> callbacks{0};
+  std::atomic<cudaError_t> status{cudaSuccess};
+};
+
+bool report(const char *what, const Seen &seen, cudaError_t handle_status) {
+  const cudaError_t status = seen.status.load();
+  std::printf("%s: callbacks %d, status %d %s (handle: %s)\n", what, seen.callbacks.load(),
+              static_cast<int>(status), cudaGetErrorName(status), cudaGetErrorName(handle_status));
+  return seen.callbacks.load() == 1 && status != cudaSuccess && handle_status == status;
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (const cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "needs a GPU: %s\n", error != cudaSuccess ? cudaGetErrorString(error) : "no device");
+    return 77;
+  }
+  if (cudaSetDevice(0) != cudaSuccess) return 3;
+  evpool::testing_support::PtxKernels kernels;
+  if (kernels.error() != cudaSuccess) {
+    std::fprintf(stderr, "%s\n", kernels.why().c_str());
+    return 3;
+  }
+  cudaStream_t faulting = nullptr, other = nullptr;
+  if (cudaStreamCreateWithFlags(&faulting, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess) {
+    std::fprintf(stderr, "cudaStreamCreateWithFlags failed\n");
+    return 3;
+  }
+
+  Seen first, second;
+  cudaError_t first_handle = cudaSuccess, second_handle = cudaSuccess;
+  evpool::CUDAEventPool pool;
+  {
+    std::optional<evpool::CompletionQueue> queue;
+    queue.emplace(evpool::CUDACompletionBackend(pool));
+    if (const cudaError_t launched = kernels.fault(faulting); launched != cudaSuccess) {
+      std::fprintf(stderr, "launching the fault kernel: %s\n", cudaGetErrorName(launched));
+      return 3;
+    }
+    const auto callback = [](Seen &seen) {
+      return [&seen](cudaError_t status) {
+        seen.status = status;
+        ++seen.callbacks;
+      };
+    };
+    evpool::Completion on_faulting = queue->notify(faulting, callback(first));
+    first_handle = on_faulting.wait();
+    evpool::Completion on_other = queue->notify(other, callback(second));
+    second_handle = on_other.wait();
+    queue.reset();  // nothing pending: a callback run twice would show now
+  }
+  const bool first_ok = report("faulting stream", first, first_handle);
+  const bool second_ok = report("other stream, later", second, second_handle);
+  std::fflush(stdout);
+  (void)cudaStreamDestroy(faulting);  // fail after the error: ignored
+  (void)cudaStreamDestroy(other);
+  return first_ok && second_ok ? 0 : 1;
+}
