@@ -94,11 +94,52 @@ TEST_F(CompletionQueueTest, OnlyTheOldestPendingRequestOfAStreamIsQueried) {
   EXPECT_EQ(backend_.queries() - before, 10u) << "one query a pass, of the oldest";
   EXPECT_EQ(queue.stats().queries, backend_.queries());
 
-  // When the oldest completes, the next is asked at once: 8 done, 8 queries of done work + 1.
+  // When the oldest has completed, the newest is asked: done too, so are all 8, in 2 queries.
   stream.complete_all();
   const std::uint64_t at_completion = backend_.queries();
   EXPECT_EQ(queue.poll(), 8u);
-  EXPECT_EQ(backend_.queries() - at_completion, 8u);
+  EXPECT_EQ(backend_.queries() - at_completion, 2u);
+}
+
+TEST_F(CompletionQueueTest, AStreamPartlyDoneIsFinishedOneByOneAfterTheNewestSaysNotYet) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> order;
+  for (int i = 1; i <= 8; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
+  stream.complete_through(5);
+  const std::uint64_t before = backend_.queries();
+  EXPECT_EQ(queue.poll(), 5u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
+  // 1 (done), 8 (not yet), 2 to 5 (done), 6 (not yet).
+  EXPECT_EQ(backend_.queries() - before, 7u);
+  stream.complete_all();  // or the queue's destructor would wait for 6 to 8
+}
+
+TEST_F(CompletionQueueTest, CatchingUpKeepsTheStatusOfARequestThatWasNeverRecorded) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> statuses;
+  const auto record = [&](int status) { statuses.push_back(status); };
+  queue.notify(&stream, record);
+  queue.notify(&stream, record);
+  stream.fail_records(35);
+  queue.notify(&stream, record);
+  stream.fail_records(0);
+  queue.notify(&stream, record);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 4u);
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 35, 0}));
+}
+
+TEST_F(CompletionQueueTest, ANewestRequestThatFailedDoesNotFinishTheOthersWithItsError) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  std::vector<int> statuses;
+  for (int i = 0; i < 4; ++i) queue.notify(&stream, [&](int status) { statuses.push_back(status); });
+  stream.fail_from(4, 700);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 4u);
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0, 700}));
 }
 
 TEST_F(CompletionQueueTest, StreamsCompleteIndependently) {

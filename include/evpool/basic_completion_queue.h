@@ -17,7 +17,8 @@
 //
 // Polling. One thread at a time polls (`polling`, a try-lock that requesters never touch): it
 // takes every channel's requests, files them in FIFOs per thread and stream, and queries only
-// the oldest unfinished request of each (stream_fifos.h). The poller is a thread the queue owns
+// the oldest unfinished request of each, and once that has completed, the newest, which may
+// finish them all (stream_fifos.h). The poller is a thread the queue owns
 // (CompletionPolling::kOwnThread), which waits adaptively between passes and sleeps when no
 // request is in progress (poller_wait.h); or the caller's own event loop, calling poll()
 // (CompletionPolling::kCaller). Callbacks run on the polling thread, one at a time, outside any
@@ -298,7 +299,11 @@ class BasicCompletionQueue {
           queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
           return backend_.query(std::as_const(request.event()));
         },
-        [this](request_type &request, const status_type &status) noexcept { finish(request, status); });
+        // A request that was never recorded keeps its own status, also when the FIFO caught up.
+        [this](request_type &request, const status_type &status) noexcept {
+          finish(request, request.failed_to_record ? request.status : status);
+        },
+        Backend::kSuccess);
     return pass;
   }
 
@@ -319,7 +324,7 @@ class BasicCompletionQueue {
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
-        fifos_.append(channel, *pending);
+        fifos_.append(channel, *pending, /*in_stream_order=*/&channel != shared_channel_);
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       } catch (const std::bad_alloc &) {
         pending->next = next;
