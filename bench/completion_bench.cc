@@ -28,6 +28,8 @@
 // Variants:
 //   evpool             evpool::CompletionQueue, default options (its own poller thread), events
 //                      from CUDAEventPool::instance()
+//   evpool-2-pollers,  the same over 2 or 4 queues, thread t asking queue t % n: how many pollers
+//   evpool-4-pollers   it takes where one is saturated (only when named in --variants)
 //   host-func          cudaLaunchHostFunc behind the memset (competitors/host_func_completions.h)
 //   event-sync-thread  a waiter thread per requesting thread, cudaEventSynchronize in order
 //                      (competitors/event_sync_threads.h)
@@ -125,6 +127,28 @@ struct EvpoolVariant {
   std::optional<std::chrono::nanoseconds> cpu_time() const { return queue.poller_cpu_time(); }
   std::optional<std::uint64_t> queries() const { return queue.stats().queries; }
   CompletionQueue queue;
+};
+
+// One poller is one core: where it is saturated, more queues (each with its poller thread) share
+// the threads: thread t asks queue t % kQueues.
+template <int kQueues>
+struct EvpoolQueuesVariant {
+  static constexpr std::string_view kName = kQueues == 2 ? "evpool-2-pollers" : "evpool-4-pollers";
+  explicit EvpoolQueuesVariant(int /*threads*/) {}
+  void notify(int thread, cudaStream_t stream, Done done) {
+    (void)queues[thread % kQueues].notify(stream, done);
+  }
+  std::optional<std::chrono::nanoseconds> cpu_time() const {
+    std::chrono::nanoseconds sum{0};
+    for (const CompletionQueue &queue : queues) sum += queue.poller_cpu_time();
+    return sum;
+  }
+  std::optional<std::uint64_t> queries() const {
+    std::uint64_t sum = 0;
+    for (const CompletionQueue &queue : queues) sum += queue.stats().queries;
+    return sum;
+  }
+  CompletionQueue queues[kQueues];
 };
 
 struct HostFuncVariant {
@@ -364,6 +388,8 @@ int main(int argc, char **argv) {
   for (const std::string &text : thread_list) {
     const int threads = std::atoi(text.c_str());
     run_variant<EvpoolVariant>(variants, threads, seconds, idle_seconds, gpu);
+    run_variant<EvpoolQueuesVariant<2>>(variants, threads, seconds, idle_seconds, gpu);
+    run_variant<EvpoolQueuesVariant<4>>(variants, threads, seconds, idle_seconds, gpu);
     run_variant<HostFuncVariant>(variants, threads, seconds, idle_seconds, gpu);
     run_variant<EventSyncVariant>(variants, threads, seconds, idle_seconds, gpu);
     run_variant<FifoVariant>(variants, threads, seconds, idle_seconds, gpu);
