@@ -23,6 +23,14 @@ using test::HostCompletionBackend;
 using test::HostWorkStream;
 using Queue = BasicCompletionQueue<HostCompletionBackend>;
 
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+constexpr bool kThreadSanitizer = __has_feature(thread_sanitizer);
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+
 // Runs `child` in a fork() child and returns its exit status (a bit mask of failures).
 int run_in_child(const std::function<int()> &child) {
   const pid_t pid = fork();
@@ -34,6 +42,12 @@ int run_in_child(const std::function<int()> &child) {
 
 class CompletionQueueAfterFork : public testing::TestWithParam<CompletionPolling> {
  protected:
+  void SetUp() override {
+    if (kThreadSanitizer && GetParam() == CompletionPolling::kOwnThread)
+      GTEST_SKIP() << "ThreadSanitizer cannot start a thread in the child of a multi-threaded process "
+                      "(the queue's poller); the other builds run this";
+  }
+
   HostBackend events_{1};
   HostCompletionBackend::pool_type pool_{events_};
   HostCompletionBackend backend_{pool_};
