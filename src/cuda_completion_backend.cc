@@ -37,6 +37,10 @@ cudaError_t CUDACompletionBackend::record(cudaStream_t stream, CUDAEvent &event,
     streams.record(event.get(), stream, device, /*external=*/false);
     return cudaSuccess;
   } catch (const CUDAError &error) {
+    // The request completes with the error, in the FIFO of the stream and device: where the
+    // stream could not tell its device, the current one is the best guess (the legacy stream's,
+    // and a stream's whose context is current), so the request does not overtake earlier ones.
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = -1;
     return error.error();
   } catch (const std::bad_alloc &) {
     return cudaErrorMemoryAllocation;

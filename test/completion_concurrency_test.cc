@@ -203,8 +203,9 @@ TEST_F(CompletionConcurrency, ThreadsThatAskAndExitBeforeTheirWorkCompletes) {
   EXPECT_EQ(pool_.stats().total().outstanding, 0);
 }
 
-// Waiters on handles, each woken by the poller: no handle is left waiting.
-TEST_F(CompletionConcurrency, EveryWaiterWakes) {
+// Waiters on handles, each woken by the poller: no handle is left waiting, and each waiter sees
+// what its callback wrote.
+TEST_F(CompletionConcurrency, EveryWaiterWakesAndSeesItsCallbacksWrites) {
   constexpr int kThreads = 6, kRequestsEach = 300;
   std::vector<std::unique_ptr<HostWorkStream>> streams;
   std::vector<HostWorkStream *> all;
@@ -219,9 +220,14 @@ TEST_F(CompletionConcurrency, EveryWaiterWakes) {
     std::vector<std::jthread> threads;
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, t] {
-        for (int i = 0; i < kRequestsEach; ++i)
-          if (queue.notify(all[static_cast<std::size_t>(t)]).wait() == HostCompletionBackend::kSuccess)
-            ++waited;
+        for (int i = 0; i < kRequestsEach; ++i) {
+          int written_by_callback = 0;  // plain: wait() must order the callback's write before the read
+          const int status = queue
+                                 .notify(all[static_cast<std::size_t>(t)],
+                                         [&written_by_callback, i](int) { written_by_callback = i + 1; })
+                                 .wait();
+          if (status == HostCompletionBackend::kSuccess && written_by_callback == i + 1) ++waited;
+        }
       });
   }
   EXPECT_EQ(waited.load(), kThreads * kRequestsEach);

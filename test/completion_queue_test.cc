@@ -209,6 +209,19 @@ TEST_F(CompletionQueueTest, ARefusedStreamLeavesTheCallbackWithTheCaller) {
   EXPECT_EQ(calls, 1);
 }
 
+TEST_F(CompletionQueueTest, WhatACallbackCapturedIsLetGoOfOnceItRanNotWhenTheHandleGoes) {
+  Queue queue(backend_, kPolledByTest);
+  HostWorkStream stream;
+  auto buffer = std::make_shared<int>(0);
+  Completion kept = queue.notify(&stream, [buffer](int) { ++*buffer; });
+  Completion throwing = queue.notify(&stream, [buffer](int) { throw std::runtime_error("no"); });
+  EXPECT_EQ(buffer.use_count(), 3);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 2u);
+  EXPECT_EQ(*buffer, 1);
+  EXPECT_EQ(buffer.use_count(), 1) << "both handles are alive, their captures are gone";
+}
+
 TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillRun) {
   Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;

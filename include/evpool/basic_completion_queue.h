@@ -40,7 +40,8 @@
 // - fork(): the child's copy of the queue holds the parent's requests; they are the parent's to
 //   finish, so the child's first call on the queue forgets them (never calling their callbacks,
 //   never returning their events, which mean nothing in the child) and, for kOwnThread, starts a
-//   poller of its own. The child may then use the queue as new.
+//   poller of its own. The child may then use the queue as new. fork() from inside a callback is
+//   not supported: the child would carry on with its parent's pass.
 // - Process exit: a queue with static storage is destroyed like any other (its pending callbacks
 //   run; CUDA that is already unloading reports cudaErrorCudartUnloading to them). A queue that is
 //   never destroyed keeps its poller running until the process ends: its callbacks may then run
@@ -270,8 +271,12 @@ class BasicCompletionQueue {
     channel_type *head = channels_.load(std::memory_order_relaxed);
     do {
       channel->next_channel = head;
-      // Release: a poller that sees the channel sees it initialised.
-    } while (!channels_.compare_exchange_weak(head, channel, std::memory_order_release, std::memory_order_relaxed));
+      // seq_cst: publishes the channel (release: a poller that sees it sees it initialised), and
+      // is ordered before this thread's first push and its load of the doorbell: a poller that
+      // announced its sleep, then read the list without this channel, is seen asleep by that load
+      // (poller_wait.h). Release alone lets the poller's load miss the new channel while the
+      // requester's load misses the announcement.
+    } while (!channels_.compare_exchange_weak(head, channel, std::memory_order_seq_cst, std::memory_order_relaxed));
     return *channel;
   }
 
@@ -307,7 +312,7 @@ class BasicCompletionQueue {
     return pass;
   }
 
-  // Files the channel's new requests (and any left unplaced) in their FIFOs. Returns whether there were any.
+  // Files the channel's new requests (and any left unplaced) in their FIFOs. Returns whether it filed any.
   bool take(channel_type &channel) noexcept {
     request_type *pending = channel.unplaced;
     channel.unplaced = nullptr;
@@ -320,11 +325,12 @@ class BasicCompletionQueue {
         last->next = taken;
       }
     }
-    const bool took = pending != nullptr;
+    bool took = false;  // progress only if one was filed: out of memory, the poller backs off
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
         fifos_.append(channel, *pending, /*in_stream_order=*/&channel != shared_channel_);
+        took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       } catch (const std::bad_alloc &) {
         pending->next = next;
@@ -341,8 +347,11 @@ class BasicCompletionQueue {
   void unlink(channel_type *previous, channel_type &channel) noexcept {
     if (previous == nullptr) {
       channel_type *head = &channel;
-      // Relaxed: the channel is the poller's to unlink; requesters only read the head to push.
-      if (channels_.compare_exchange_strong(head, channel.next_channel, std::memory_order_relaxed)) return;
+      // Acquire, also on failure: the walk below reads the links of channels pushed since, which
+      // their pushers' release published.
+      if (channels_.compare_exchange_strong(head, channel.next_channel, std::memory_order_acquire,
+                                            std::memory_order_acquire))
+        return;
       previous = head;
       while (previous->next_channel != &channel) previous = previous->next_channel;
     }
@@ -366,7 +375,8 @@ class BasicCompletionQueue {
 
   bool any_channel_has_requests() const noexcept {
     if (shared_channel_->has_requests()) return true;
-    for (const channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
+    // seq_cst: the poller's half of the pairing with a new channel's push (find_or_add_channel).
+    for (const channel_type *channel = channels_.load(std::memory_order_seq_cst); channel != nullptr;
          channel = channel->next_channel)
       if (channel->has_requests()) return true;
     return false;

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <exception>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "evpool/detail/backoff.h"
@@ -121,12 +122,20 @@ class CallbackRequest final : public CompletionRequest<Backend> {
  public:
   template <class G>
   CallbackRequest(typename Backend::stream_type stream, G &&callback)
-      : CompletionRequest<Backend>(stream), callback_(std::forward<G>(callback)) {}
+      : CompletionRequest<Backend>(stream), callback_(std::in_place, std::forward<G>(callback)) {}
 
-  void run_callback() override { callback_(std::as_const(this->status)); }
+  /// Calls the callback, then destroys it (also if it throws): what it captured is let go of on
+  /// the polling thread, when the request is done, not when the last handle goes.
+  void run_callback() override {
+    struct DestroyAfter {
+      std::optional<F> &callback;
+      ~DestroyAfter() { callback.reset(); }
+    } destroy_after{callback_};
+    (*callback_)(std::as_const(this->status));
+  }
 
  private:
-  F callback_;
+  std::optional<F> callback_;
 };
 
 /// A request without a callback: only its handle hears about it.

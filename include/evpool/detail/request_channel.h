@@ -9,7 +9,7 @@
 // thread pushes with a compare-exchange on a line that only the poller also touches, once per
 // pass: a per-thread batch of requests, collected by the poller. The push is correct for any
 // number of pushers, so the queue's shared channel, for threads that cannot have their own (see
-// completion_queue_core.h), is the same type.
+// basic_completion_queue.h), is the same type.
 //
 // A thread finds its channel through its directory of caches (thread_cache_directory.h), under
 // the queue's id, as it finds its event cache under a pool's: the same hints, the same exit hook,
@@ -49,7 +49,7 @@ class RequestChannel final : public ThreadCacheLink {
     do {
       request->next = top;
       // seq_cst: publishes the request (release), and orders this push before the pusher's
-      // load of the poller's sleeping flag (completion_queue_core.h, "Sleeping"): a store-load
+      // load of the poller's sleeping flag (poller_wait.h, the doorbell): a store-load
       // pairing that only sequential consistency gives.
     } while (!head_.value.compare_exchange_weak(top, request, std::memory_order_seq_cst, std::memory_order_relaxed));
   }
