@@ -27,7 +27,6 @@
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
-#include <time.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -39,6 +38,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "evpool/detail/thread_cpu_time.h"
 
 namespace evpool::competitors {
 
@@ -103,7 +104,7 @@ class EventSyncThreads {
   /// CPU time all waiter threads have used together. Thread-safe.
   std::chrono::nanoseconds cpu_time() const noexcept {
     std::chrono::nanoseconds total{0};
-    for (const Waiter &waiter : waiters_) total += thread_cpu_time(waiter.handle);
+    for (const Waiter &waiter : waiters_) total += detail::thread_cpu_time(waiter.handle);
     return total;
   }
 
@@ -157,14 +158,6 @@ class EventSyncThreads {
       for (cudaEvent_t event : waiter.free) (void)cudaEventDestroy(event);
       waiter.free.clear();
     }
-  }
-
-  static std::chrono::nanoseconds thread_cpu_time(pthread_t thread) noexcept {
-    clockid_t clock{};
-    timespec used{};
-    if (pthread_getcpuclockid(thread, &clock) != 0 || clock_gettime(clock, &used) != 0)
-      return std::chrono::nanoseconds(0);
-    return std::chrono::seconds(used.tv_sec) + std::chrono::nanoseconds(used.tv_nsec);
   }
 
   std::vector<Waiter> waiters_;

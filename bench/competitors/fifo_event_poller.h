@@ -51,7 +51,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
-#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -69,6 +68,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include "evpool/detail/backoff.h"
+#include "evpool/detail/thread_cpu_time.h"
 
 namespace evpool::competitors {
 
@@ -148,7 +148,7 @@ class FifoEventPoller {
   /// CPU time of the polling thread and the callback thread together: both are the mechanism's
   /// (evpool runs its callbacks on its poller). Thread-safe.
   std::chrono::nanoseconds cpu_time() const noexcept {
-    return thread_cpu_time(poll_handle_) + thread_cpu_time(callback_handle_);
+    return detail::thread_cpu_time(poll_handle_) + detail::thread_cpu_time(callback_handle_);
   }
 
  private:
@@ -274,14 +274,6 @@ class FifoEventPoller {
     if (cudaGetDriverEntryPointByVersion(symbol, &address, 2000, cudaEnableDefault, &found) == cudaSuccess &&
         found == cudaDriverEntryPointSuccess)
       function = reinterpret_cast<Function>(address);
-  }
-
-  static std::chrono::nanoseconds thread_cpu_time(pthread_t thread) noexcept {
-    clockid_t clock{};
-    timespec used{};
-    if (pthread_getcpuclockid(thread, &clock) != 0 || clock_gettime(clock, &used) != 0)
-      return std::chrono::nanoseconds(0);
-    return std::chrono::seconds(used.tv_sec) + std::chrono::nanoseconds(used.tv_nsec);
   }
 
   const std::chrono::microseconds active_delay_;

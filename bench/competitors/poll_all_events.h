@@ -38,7 +38,6 @@
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -55,6 +54,7 @@
 
 #include "evpool/detail/backoff.h"
 #include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/thread_cpu_time.h"
 
 namespace evpool::competitors {
 
@@ -116,13 +116,7 @@ class PollAllEvents {
   std::uint64_t queries() const noexcept { return queries_.load(std::memory_order_relaxed); }
 
   /// CPU time the polling thread has used. Thread-safe.
-  std::chrono::nanoseconds cpu_time() const noexcept {
-    clockid_t clock{};
-    timespec used{};
-    if (pthread_getcpuclockid(poller_handle_, &clock) != 0 || clock_gettime(clock, &used) != 0)
-      return std::chrono::nanoseconds(0);
-    return std::chrono::seconds(used.tv_sec) + std::chrono::nanoseconds(used.tv_nsec);
-  }
+  std::chrono::nanoseconds cpu_time() const noexcept { return detail::thread_cpu_time(poller_handle_); }
 
  private:
   struct Pending {

@@ -50,9 +50,7 @@
 
 #include "evpool/detail/require_cxx20.h"
 
-#include <pthread.h>
 #include <sys/prctl.h>
-#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -77,6 +75,7 @@
 #include "evpool/detail/poller_wait.h"
 #include "evpool/detail/request_channel.h"
 #include "evpool/detail/stream_fifos.h"
+#include "evpool/detail/thread_cpu_time.h"
 #include "evpool/detail/thread_cache_directory.h"
 
 namespace evpool {
@@ -207,12 +206,7 @@ class BasicCompletionQueue {
 
   /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
   std::chrono::nanoseconds poller_cpu_time() const noexcept {
-    clockid_t clock{};
-    timespec used{};
-    if (poller_ == nullptr || pthread_getcpuclockid(poller_->native_handle(), &clock) != 0 ||
-        clock_gettime(clock, &used) != 0)
-      return std::chrono::nanoseconds(0);
-    return std::chrono::seconds(used.tv_sec) + std::chrono::nanoseconds(used.tv_nsec);
+    return poller_ == nullptr ? std::chrono::nanoseconds(0) : detail::thread_cpu_time(poller_->native_handle());
   }
 
   const CompletionQueueOptions &options() const noexcept { return options_; }
@@ -221,8 +215,11 @@ class BasicCompletionQueue {
  private:
   struct Pass {
     std::size_t finished = 0;
-    bool took = false;  // found new requests
+    bool took = false;           // filed new requests
+    bool left_unplaced = false;  // some stay unfiled for want of memory: still work to do
     bool progressed() const noexcept { return finished != 0 || took; }
+    // Work in progress after the pass (only the pass changes what is filed or unplaced).
+    bool busy(std::size_t in_progress) const noexcept { return in_progress != 0 || left_unplaced; }
   };
 
   static CompletionQueueOptions validated(const CompletionQueueOptions &options) {
@@ -284,11 +281,11 @@ class BasicCompletionQueue {
   Pass poll_once() noexcept {
     Pass pass;
     passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    pass.took = take(*shared_channel_);
+    take(*shared_channel_, pass);
     channel_type *previous = nullptr;
     for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;) {
       channel_type *next = channel->next_channel;
-      pass.took |= take(*channel);
+      take(*channel, pass);
       if (channel->thread_gone() && channel->in_progress == 0 && channel->unplaced == nullptr &&
           !channel->has_requests()) {
         unlink(previous, *channel);
@@ -312,8 +309,10 @@ class BasicCompletionQueue {
     return pass;
   }
 
-  // Files the channel's new requests (and any left unplaced) in their FIFOs. Returns whether it filed any.
-  bool take(channel_type &channel) noexcept {
+  // Files the channel's new requests (and any left unplaced) in their FIFOs, and tells `pass`
+  // whether it filed any (out of memory, unfiled ones are no progress: the poller backs off) and
+  // whether some stay unplaced.
+  void take(channel_type &channel, Pass &pass) noexcept {
     request_type *pending = channel.unplaced;
     channel.unplaced = nullptr;
     if (request_type *taken = channel.take_all(); taken != nullptr) {
@@ -325,21 +324,20 @@ class BasicCompletionQueue {
         last->next = taken;
       }
     }
-    bool took = false;  // progress only if one was filed: out of memory, the poller backs off
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
         fifos_.append(channel, *pending, /*in_stream_order=*/&channel != shared_channel_);
-        took = true;
+        pass.took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       } catch (const std::bad_alloc &) {
         pending->next = next;
         channel.unplaced = pending;  // the next pass tries again, in the same order
+        pass.left_unplaced = true;
         break;
       }
       pending = next;
     }
-    return took;
   }
 
   // Unlinks `channel` (after `previous`, or the head) from the channel list. Requesters only push
@@ -379,15 +377,6 @@ class BasicCompletionQueue {
     for (const channel_type *channel = channels_.load(std::memory_order_seq_cst); channel != nullptr;
          channel = channel->next_channel)
       if (channel->has_requests()) return true;
-    return false;
-  }
-
-  bool busy() const noexcept { return fifos_.in_progress() != 0 || any_unplaced(); }
-  bool any_unplaced() const noexcept {
-    if (shared_channel_->unplaced != nullptr) return true;
-    for (const channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
-         channel = channel->next_channel)
-      if (channel->unplaced != nullptr) return true;
     return false;
   }
 
@@ -431,7 +420,7 @@ class BasicCompletionQueue {
     }
     const Pass pass = poll_once();
     Step step;
-    const bool in_progress = busy();
+    const bool in_progress = pass.busy(fifos_.in_progress());
     if (pass.progressed()) {
       wait.progressed();
     } else {
