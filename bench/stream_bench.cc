@@ -12,6 +12,8 @@
 //              releases them (a completion thread); counted where they are released
 //   loop       acquire, a 4-byte cudaMemsetAsync on it, release without waiting; every 256
 //              units the thread waits for its last stream: small work on leased streams
+//   synced     acquire, a cudaMemsetAsync of 1 MiB, cudaStreamSynchronize, release: ordinary
+//              work, each stream handed back idle; the latency of each unit as in mixed
 //   mixed      acquire, a cudaMemsetAsync of 64 KiB (short) or, one unit in 16, of 256 MiB
 //              (long), cudaStreamSynchronize, release; the latency of each unit is from acquire
 //              to the synchronisation's return. Where streams are shared (round-robin) a short
@@ -41,6 +43,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kShortBytes = 64 << 10;
+constexpr std::size_t kSyncedBytes = 1 << 20;
 constexpr std::size_t kLongBytes = std::size_t{256} << 20;
 constexpr unsigned kLongEvery = 16;
 constexpr std::size_t kHandoffBatch = 64;
@@ -68,14 +71,18 @@ double percentile(std::vector<double> &values, double p) {
 
 struct Buffers {
   void *long_buffer = nullptr;        // shared by every long unit (the content is not read)
-  std::vector<void *> short_buffers;  // one per thread
-  explicit Buffers(int threads) : short_buffers(static_cast<std::size_t>(threads)) {
+  std::vector<void *> short_buffers;   // one per thread
+  std::vector<void *> synced_buffers;  // one per thread
+  explicit Buffers(int threads)
+      : short_buffers(static_cast<std::size_t>(threads)), synced_buffers(static_cast<std::size_t>(threads)) {
     check(cudaMalloc(&long_buffer, kLongBytes), "cudaMalloc");
     for (void *&buffer : short_buffers) check(cudaMalloc(&buffer, kShortBytes), "cudaMalloc");
+    for (void *&buffer : synced_buffers) check(cudaMalloc(&buffer, kSyncedBytes), "cudaMalloc");
   }
   ~Buffers() {
     cudaFree(long_buffer);
     for (void *buffer : short_buffers) cudaFree(buffer);
+    for (void *buffer : synced_buffers) cudaFree(buffer);
   }
 };
 
@@ -104,6 +111,16 @@ Point run_point(std::string_view workload, int threads, double seconds, Buffers 
         auto held = variant.acquire(t, 0);
         check(cudaMemsetAsync(small, 1, 4, Variant::stream(held)), "cudaMemsetAsync");
         variant.release(std::move(held));
+      } else if (workload == "synced") {
+        const auto began = Clock::now();
+        auto held = variant.acquire(t, 0);
+        const cudaStream_t stream = Variant::stream(held);
+        check(cudaMemsetAsync(buffers.synced_buffers[static_cast<std::size_t>(t)], 3, kSyncedBytes, stream),
+              "cudaMemsetAsync");
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        variant.release(std::move(held));
+        short_us[static_cast<std::size_t>(t)].push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - began).count());
       } else {  // mixed
         const bool long_unit = random() % kLongEvery == 0;
         const auto began = Clock::now();
@@ -198,6 +215,8 @@ void run_variant(std::string_view workload, int threads, double seconds, Buffers
   if (workload == "mixed")
     std::printf(" short_median_us=%.1f short_p99_us=%.1f long_median_us=%.1f", percentile(point.short_us, 0.5),
                 percentile(point.short_us, 0.99), percentile(point.long_us, 0.5));
+  if (workload == "synced")
+    std::printf(" median_us=%.1f p99_us=%.1f", percentile(point.short_us, 0.5), percentile(point.short_us, 0.99));
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -224,7 +243,7 @@ int main(int argc, char **argv) {
   using namespace evpool::bench;
   double seconds = 0.2;
   std::vector<std::string> thread_list = {"1", "2", "4", "16", "64", "128"};
-  std::vector<std::string> workloads = {"pair", "handoff", "loop", "mixed"};
+  std::vector<std::string> workloads = {"pair", "handoff", "loop", "synced", "mixed"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--threads") == 0) thread_list = split(argv[i + 1]);

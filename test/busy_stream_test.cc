@@ -75,15 +75,18 @@ TYPED_TEST(BusyStreams, AnIdleStreamHandedBackIsTheNextGetsForOneQuery) {
 // Once its work is done, a stream that was busy is handed out again: nothing is set aside for
 // good, and the pool does not grow with every busy Put.
 TYPED_TEST(BusyStreams, AStreamWhoseWorkCompletedIsHandedOutAgain) {
-  Stream stream = this->pool.Get(0);
+  HostStreamBackend ticking(1, HostStreamBackend::Clock::kTicks);
+  typename TestFixture::Pool pool(ticking);
+  Stream stream = pool.Get(0);
   const Token token = stream.get();
-  this->backend.make_busy(token, 1);  // done after one query
-  this->pool.Put(std::move(stream));
-  Stream other = this->pool.Get(0);  // asks `token` (busy, now done), and creates
+  ticking.make_busy(token, 1);  // done once the clock has moved by more than 1
+  pool.Put(std::move(stream));
+  Stream other = pool.Get(0);  // asks `token` (busy), and creates
   EXPECT_NE(other.get(), token);
-  Stream again = this->pool.Get(0);
+  ticking.advance(2);
+  Stream again = pool.Get(0);
   EXPECT_EQ(again.get(), token) << "the stream whose work completed";
-  EXPECT_EQ(this->backend.created(), 2u);
+  EXPECT_EQ(ticking.created(), 2u);
 }
 
 TYPED_TEST(BusyStreams, ABusyStreamInALeaseIsNotHandedOutEither) {

@@ -21,6 +21,7 @@
 
 #include "evpool/detail/event_pool_core.h"
 #include "evpool/event_backend.h"
+#include "evpool/pool_cap.h"
 #include "evpool/pool_checks.h"
 #include "evpool/pool_policy.h"
 #include "evpool/pool_stats.h"
@@ -48,13 +49,16 @@ class BasicEventPool {
   /// An empty pool for the backend's devices, creating events with `options` and keeping at
   /// most `max_idle_per_device` idle events per device in its depots (a Put beyond that retires
   /// the event; each thread's cache holds up to 2 x Policy::cache_capacity more per device),
-  /// checking for misuse if `checks` or the environment say so (pool_checks.h).
-  /// Throws std::invalid_argument for options the backend rejects, a limit of 0, or a value of
-  /// EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot count its
-  /// devices (CUDAError where CUDA has no driver or no device).
+  /// checking for misuse if `checks` or the environment say so (pool_checks.h), and keeping at
+  /// most `max_per_device` events of a device at once, idle, busy, retired or leased (pool_cap.h:
+  /// what Get does at the cap).
+  /// Throws std::invalid_argument for options the backend rejects, a limit or cap of 0, or a
+  /// value of EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot
+  /// count its devices (CUDAError where CUDA has no driver or no device).
   explicit BasicEventPool(Backend backend = Backend(), options_type options = Backend::kDefaultOptions,
-                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
-      : core_(new Core(std::move(backend), std::move(options), max_idle_per_device, checks)) {}
+                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault,
+                          std::size_t max_per_device = kUncapped)
+      : core_(new Core(std::move(backend), std::move(options), max_idle_per_device, checks, max_per_device)) {}
 
   BasicEventPool(const BasicEventPool &) = delete;
   BasicEventPool &operator=(const BasicEventPool &) = delete;
@@ -159,6 +163,9 @@ class BasicEventPool {
 
   /// The most idle events kept per device (kUnlimitedIdle: no limit). Thread-safe, wait-free.
   std::size_t max_idle_per_device() const noexcept { return core_->max_idle_per_device(); }
+
+  /// The most events of a device kept at once (kUncapped: no cap). Thread-safe, wait-free.
+  std::size_t max_per_device() const noexcept { return core_->max_per_device(); }
 
   /// Magazine nodes allocated so far (each holds up to Policy::cache_capacity idle events, or one
   /// without caches): the pool's bookkeeping memory, sizeof(Magazine) bytes a node, a multiple of

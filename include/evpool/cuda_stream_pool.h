@@ -110,7 +110,7 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   explicit CUDAStreamPool(unsigned stream_flags = cudaStreamNonBlocking, int priority = 0,
                           std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault,
                           StreamReuse reuse = StreamReuse::kWhenIdle)
-      : Base(CUDAStreamBackend{reuse}, StreamOptions{stream_flags, priority}, max_idle_per_device, checks),
+      : Base(CUDAStreamBackend(reuse), StreamOptions{stream_flags, priority}, max_idle_per_device, checks),
         reuse_(reuse) {}
 
   /// An exclusive lease of an idle stream of `device_id` (-1: the calling thread's current

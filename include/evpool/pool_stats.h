@@ -14,10 +14,10 @@
 // counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
 // Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches,
-// retired. Derived, from the conservation of events (every event the pool created or adopted and
-// did not destroy is idle, retired or outstanding):
+// retired, busy. Derived, from the conservation of events (every event the pool created or adopted and
+// did not destroy is idle, retired, set aside busy or outstanding):
 //
-//   outstanding = created + puts_adopted - destroyed - idle - retired
+//   outstanding = created + puts_adopted - destroyed - idle - retired - busy
 //   puts        = gets - outstanding
 //   gets_hit    = gets - gets_missed
 //   idle        = idle_in_depot + idle_in_caches
@@ -64,6 +64,8 @@ struct DeviceStats {
   std::uint64_t idle_in_caches = 0;
   std::uint64_t retired = 0;     ///< over the idle limit, waiting to be reused or destroyed by a call
                                  ///< that may call the driver (Put never destroys)
+  std::uint64_t busy = 0;        ///< handed back with work still pending, found so by a Get and set
+                                 ///< aside until it completes (streams; device_depots.h)
   std::int64_t outstanding = 0;  ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
 };
@@ -87,6 +89,7 @@ struct PoolStats {
       sum.idle_in_depot += device.idle_in_depot;
       sum.idle_in_caches += device.idle_in_caches;
       sum.retired += device.retired;
+      sum.busy += device.busy;
       sum.outstanding += device.outstanding;
       sum.outstanding_peak_bound += device.outstanding_peak_bound;
     }

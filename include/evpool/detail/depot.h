@@ -65,6 +65,7 @@
 namespace evpool::detail {
 
 inline constexpr std::size_t kUnlimitedIdle = static_cast<std::size_t>(-1);
+inline constexpr std::size_t kUnlimitedKept = static_cast<std::size_t>(-1);
 
 template <class Handle, unsigned Capacity, template <class> class Atomic>
 struct alignas(kFalseSharingRange) Magazine {

@@ -13,6 +13,14 @@
 // its cache (a few events at most). What a Put or the end of a lease cannot keep is retired
 // instead (retired_events.h says where retired events go, and the bound on them).
 //
+// Handles that can be busy (streams: BusyHandleBackend) add a third place per device, the busy
+// ones set aside: a Get that looks for an idle handle in the depot moves every busy one it meets
+// there into it, so the depot's top never fills up with busy handles that hide idle ones below
+// them, and a Get that finds the depot empty sweeps it (take_idle). So a Get creates only after
+// every handle in the depot, set aside or retired was found busy (docs/streams.md, "The bound").
+// Set-aside handles belong to the pool as idle ones do; they do not count against the idle limit,
+// since each of them has work in flight, which is what bounds them.
+//
 // Magazines move between a thread cache and a depot with these verbs, each named for what the
 // depot ends up holding:
 //
@@ -63,10 +71,12 @@ class DeviceDepots {
   using Retired = RetiredEvents<Magazine, Stack, Policy::template atomic>;
   static constexpr bool kCountCalls = Policy::count_calls;
 
-  /// Throws std::invalid_argument for options the backend rejects, no device, or an idle limit of 0;
-  /// std::bad_alloc.
-  DeviceDepots(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks)
-      : backend_(std::move(backend)), options_(std::move(options)), max_idle_(max_idle_per_device) {
+  /// Throws std::invalid_argument for options the backend rejects, no device, an idle limit of 0,
+  /// or a cap (`max_per_device`) of 0; std::bad_alloc.
+  DeviceDepots(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks,
+               std::size_t max_per_device = kUnlimitedKept)
+      : backend_(std::move(backend)), options_(std::move(options)), max_idle_(max_idle_per_device),
+        max_kept_(max_per_device) {
     backend_.validate_options(options_);
     device_count_ = backend_.device_count();
     if (device_count_ <= 0)
@@ -75,8 +85,13 @@ class DeviceDepots {
     if (max_idle_ == 0)
       throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
                                   "use kUnlimitedIdle for no limit");
+    if (max_kept_ == 0)
+      throw std::invalid_argument("evpool: a cap of 0 per device would let Get create nothing; "
+                                  "use kUnlimitedKept for no cap");
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
     retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
+    set_aside_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
+    kept_ = std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
@@ -90,6 +105,11 @@ class DeviceDepots {
   int device_count() const noexcept { return device_count_; }
   const options_type &options() const noexcept { return options_; }
   std::size_t max_idle() const noexcept { return max_idle_; }
+  std::size_t max_kept() const noexcept { return max_kept_; }
+  bool capped() const noexcept { return max_kept_ != kUnlimitedKept; }
+  /// Under a cap, the handles of the device the pool keeps: idle, busy, retired or leased (counted
+  /// only under a cap). Exact once no call is in progress.
+  std::uint64_t kept(int device) const noexcept { return kept_[device].value.load(std::memory_order_relaxed); }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
   /// Checked mode's records (pool_checks.h), or nullptr.
   EventChecker<handle_type> *checker() noexcept { return checker_.get(); }
@@ -108,8 +128,39 @@ class DeviceDepots {
   /// A new event of the device, counted. Throws what the backend throws; then nothing changed.
   handle_type create(int device) {
     const handle_type handle = backend_.create(options_, device);
+    if (capped()) count_kept(device, 1);
     if constexpr (kCountCalls) counts_[device].count_created(1);
     return handle;
+  }
+
+  /// As create(), if the device keeps fewer than the cap; else nothing, and false. The place is
+  /// taken before the backend creates, so that concurrent Gets never together pass the cap. Throws
+  /// what the backend throws; then nothing changed.
+  bool create_within_cap(int device, handle_type &out) {
+    if (!capped()) {
+      out = create(device);
+      return true;
+    }
+    std::atomic<std::uint64_t> &kept = kept_[device].value;
+    // Relaxed, as every count of kept_: it bounds, and orders nothing.
+    std::uint64_t now = kept.load(std::memory_order_relaxed);
+    do {
+      if (now >= max_kept_) return false;
+    } while (!kept.compare_exchange_weak(now, now + 1, std::memory_order_relaxed, std::memory_order_relaxed));
+    try {
+      out = backend_.create(options_, device);
+    } catch (...) {
+      kept.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
+    if constexpr (kCountCalls) counts_[device].count_created(1);
+    return true;
+  }
+
+  /// Under a cap: a handle joins the pool's keeping (a Put), or leaves it without being destroyed
+  /// (a Get, a lease's release()).
+  void count_kept(int device, std::int64_t delta) noexcept {
+    kept_[device].value.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
   /// The one way an event leaves the pool for good (see the rationale).
@@ -118,6 +169,7 @@ class DeviceDepots {
     // value to another thread's create at once (rmm#649), whose record a later erase would remove.
     if (checker_) checker_->on_destroyed(handle);
     backend_.destroy(handle);
+    if (capped()) count_kept(device, -1);
     if constexpr (kCountCalls) counts_[device].count_destroyed(1);
   }
 
@@ -217,8 +269,13 @@ class DeviceDepots {
 
   /// Destroys the device's retired events as they are now: one snapshot, so that threads retiring
   /// meanwhile cannot keep a Trim going.
-  void destroy_all_retired(int device) noexcept {
-    for (std::uint32_t index = retired_[device].take_all(arena_); index != kNilIndex;) {
+  void destroy_all_retired(int device) noexcept { destroy_all_of(retired_[device], device); }
+  /// The same for the handles set aside busy.
+  void destroy_all_set_aside(int device) noexcept { destroy_all_of(set_aside_[device], device); }
+
+ private:
+  void destroy_all_of(Retired &stack, int device) noexcept {
+    for (std::uint32_t index = stack.take_all(arena_); index != kNilIndex;) {
       Magazine &magazine = arena_[index];
       const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);  // ours since take_all
       while (!magazine.empty()) destroy(device, magazine.handles[--magazine.count]);
@@ -226,9 +283,44 @@ class DeviceDepots {
       index = next;
     }
   }
+ public:
 
   /// The device's retired events (for stats(); exact once no call is in progress).
   std::uint64_t retired(int device) const noexcept { return retired_[device].count(); }
+
+  // ---- Busy handles (BusyHandleBackend; see the rationale) ----------------------------------------
+
+  /// An idle handle of the device into `out`: from the depot, where every busy handle met on the
+  /// way is set aside, else from those set aside, all of which are asked (`busy(handle)`), the idle
+  /// ones going to the depot, else from the retired ones. False if every one of them is busy (or
+  /// there is none): the caller may create. A retired handle found busy is set aside too.
+  template <class Busy>
+  bool take_idle(int device, handle_type &out, Busy &&busy) noexcept {
+    Batch set_aside(*this, device, &DeviceDepots::set_aside_magazine);
+    bool found = false;
+    for (std::uint32_t index = take_filled(device); !found && index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      while (!found && !magazine.empty()) {
+        const handle_type handle = magazine.handles[--magazine.count];
+        if (busy(handle))
+          set_aside.add(handle);
+        else
+          out = handle, found = true;
+      }
+      return_filled(device, index);  // what was not asked goes back as it was
+      if (!found) index = take_filled(device);
+    }
+    set_aside.flush();
+    if (found || sweep_set_aside(device, out, busy)) return true;
+    while (take_retired_one(device, out)) {
+      if (!busy(out)) return true;
+      set_aside_one(device, out);
+    }
+    return false;
+  }
+
+  /// Handles set aside busy (for stats(); exact once no call is in progress).
+  std::uint64_t set_aside(int device) const noexcept { return set_aside_[device].count(); }
 
   /// One event into the device's depot; false if it is over the idle limit (the caller still
   /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
@@ -302,12 +394,14 @@ class DeviceDepots {
 
   // ---- Trimming and forgetting -------------------------------------------------------------------
 
-  /// Keeps `keep` of each device's depot events and destroys the others, and every retired
-  /// event. Events given to a depot or retired meanwhile may stay.
+  /// Keeps `keep` of each device's depot events and destroys the others, and every retired or
+  /// set-aside one (a busy stream's work completes after its destruction, as CUDA promises).
+  /// Events given to a depot, retired or set aside meanwhile may stay.
   void trim(std::size_t keep) noexcept {
     for (int device = 0; device < device_count_; ++device) {
       trim_device(device, keep);
       destroy_all_retired(device);
+      destroy_all_set_aside(device);
     }
   }
 
@@ -319,8 +413,9 @@ class DeviceDepots {
   void forget_all_in_child() noexcept {
     for (int device = 0; device < device_count_; ++device) {
       depots_[device].forget_all(arena_);
-      retired_[device].forget_all(arena_,
-                                  [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
+      for (Retired *kept : {&retired_[device], &set_aside_[device]})
+        kept->forget_all(arena_, [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
+      kept_[device].value.store(0, std::memory_order_relaxed);
     }
     if constexpr (kCountCalls)  // the child starts empty, and so do its figures
       for (int device = 0; device < device_count_; ++device) counts_[device].reset();
@@ -328,6 +423,86 @@ class DeviceDepots {
   }
 
  private:
+  // Handles collected one by one into spare magazines, each handed to `give(device, index)` when
+  // full and at flush(). Where no magazine can be had (the process is out of memory) a handle is
+  // retired instead: held by the pool all the same, and asked again before it is handed out.
+  class Batch {
+   public:
+    using Give = void (DeviceDepots::*)(int, std::uint32_t) noexcept;
+    Batch(DeviceDepots &depots, int device, Give give) noexcept : depots_(depots), device_(device), give_(give) {}
+    Batch(const Batch &) = delete;
+    Batch &operator=(const Batch &) = delete;
+    ~Batch() { flush(); }
+    void add(handle_type handle) noexcept {
+      if (index_ == kNilIndex && (index_ = depots_.spare_magazine(device_)) == kNilIndex)
+        return depots_.retire_one(device_, handle);
+      Magazine &magazine = depots_.arena_[index_];
+      magazine.handles[magazine.count++] = handle;
+      if (magazine.count == Magazine::kCapacity) flush();
+    }
+    void flush() noexcept {
+      if (index_ != kNilIndex) (depots_.*give_)(device_, std::exchange(index_, kNilIndex));
+    }
+
+   private:
+    DeviceDepots &depots_;
+    const int device_;
+    const Give give_;
+    std::uint32_t index_ = kNilIndex;
+  };
+
+  // A magazine of busy handles (count >= 1) joins those set aside.
+  void set_aside_magazine(int device, std::uint32_t index) noexcept { set_aside_[device].give(index, arena_); }
+
+  void set_aside_one(int device, handle_type handle) noexcept {
+    Batch batch(*this, device, &DeviceDepots::set_aside_magazine);
+    batch.add(handle);
+  }
+
+  // A magazine taken with take_filled goes back to the depot with what it still holds, as many as
+  // fit under the idle limit (the rest retired), or to the spares if it holds nothing.
+  void return_filled(int device, std::uint32_t index) noexcept {
+    Depot &depot = depots_[device];
+    Magazine &magazine = arena_[index];
+    const std::uint64_t fit = depot.reserve_up_to(magazine.count, max_idle_);
+    retire(device, magazine, magazine.count - static_cast<std::uint32_t>(fit));
+    if (magazine.empty())
+      depot.give_empty(index, arena_);
+    else
+      depot.give_reserved(index, arena_);
+  }
+
+  // Asks every handle set aside on the device, as they are now (one snapshot: handles set aside
+  // meanwhile wait for the next sweep): the first idle one goes to `out`, the other idle ones to
+  // the depot, the busy ones stay set aside. False if none was idle.
+  template <class Busy>
+  bool sweep_set_aside(int device, handle_type &out, Busy &busy) noexcept {
+    if (set_aside_[device].empty()) return false;
+    bool found = false;
+    Batch now_idle(*this, device, &DeviceDepots::return_filled);
+    for (std::uint32_t index = set_aside_[device].take_all(arena_); index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);  // ours since take_all
+      std::uint32_t still_busy = 0;
+      for (std::uint32_t i = 0; i < magazine.count; ++i) {
+        const handle_type handle = magazine.handles[i];
+        if (busy(handle))
+          magazine.handles[still_busy++] = handle;
+        else if (!found)
+          out = handle, found = true;
+        else
+          now_idle.add(handle);
+      }
+      magazine.count = still_busy;
+      if (magazine.empty())
+        depots_[device].give_empty(index, arena_);
+      else
+        set_aside_magazine(device, index);
+      index = next;
+    }
+    return found;
+  }
+
   // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one cut
   // down) and destroys the others.
   void trim_device(int device, std::size_t keep) noexcept {
@@ -391,6 +566,12 @@ class DeviceDepots {
   Arena arena_;
   std::unique_ptr<Depot[]> depots_;
   std::unique_ptr<Retired[]> retired_;
+  // Busy handles set aside (see the rationale): the same counted stack of magazines as the retired.
+  std::unique_ptr<Retired[]> set_aside_;
+  // Per device, the handles the pool created or adopted and has neither destroyed nor let go of:
+  // what max_kept bounds.
+  std::unique_ptr<CacheLinePadded<std::atomic<std::uint64_t>>[]> kept_;
+  std::size_t max_kept_ = kUnlimitedKept;
   std::unique_ptr<SharedCallCounts[]> counts_;          // per device; only with Policy::count_calls
   std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
 };

@@ -77,6 +77,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -84,6 +85,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "evpool/deferred_work.h"
@@ -97,6 +99,7 @@
 #include "evpool/detail/thread_cache_directory.h"
 #include "evpool/detail/thread_cache_registry.h"
 #include "evpool/event_backend.h"
+#include "evpool/pool_cap.h"
 #include "evpool/pool_checks.h"
 #include "evpool/pool_stats.h"
 
@@ -132,8 +135,9 @@ class EventPoolCore final : private DeferredWork {
   using Cache = ThreadCache<EventPoolCore>;
 
   // Created with `new` by BasicEventPool, which ends it with close().
-  EventPoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks)
-      : depots_(std::move(backend), std::move(options), max_idle_per_device, checks) {
+  EventPoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks,
+                std::size_t max_per_device)
+      : depots_(std::move(backend), std::move(options), max_idle_per_device, checks, max_per_device) {
     // Only a warm-up: the process registers for membarrier (once; it may wait for the kernel)
     // here rather than in some thread's first Get.
     if constexpr (kCached) (void)Fence::owners_fence_fully();
@@ -169,7 +173,12 @@ class EventPoolCore final : private DeferredWork {
 
   [[gnu::always_inline]] event_type Get(int device_id) {
     const int device = resolve_device(device_id, "Get");
-    return depots_.backend().adopt(obtain(device, 0), device);
+    const handle_type handle = obtain(device, 0);
+    // An event got (not leased) leaves the pool until Put brings it back.
+    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().let_go(handle);
+    if (depots_.capped()) [[unlikely]]
+      depots_.count_kept(device, -1);
+    return depots_.backend().adopt(handle, device);
   }
 
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
@@ -240,7 +249,7 @@ class EventPoolCore final : private DeferredWork {
         auto &magazines = cache->owner_magazines(event.device_id());
         const bool room = magazines.has_room();
         if (room) [[likely]] {
-          magazines.loaded.put(event.release());
+          magazines.loaded.put(handed_back(event.release()));
           cache->owner_count_leases(-1);
         }
         cache->owner_exit();
@@ -249,6 +258,13 @@ class EventPoolCore final : private DeferredWork {
       }
     }
     end_lease_slow(std::move(event), forget);
+  }
+
+  /// A lease's holder takes its event out (UniqueEventLease::release): the event leaves the pool
+  /// (its backend forgets it; under a cap it no longer counts). The lease then ends as any other.
+  void let_go(handle_type handle, int device) noexcept {
+    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().let_go(handle);
+    if (depots_.capped()) depots_.count_kept(device, -1);
   }
 
   /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
@@ -281,7 +297,7 @@ class EventPoolCore final : private DeferredWork {
       if (Cache *cache = enter_own_cache()) [[likely]] {
         auto &magazines = cache->owner_magazines(block->device);
         if (magazines.has_room()) [[likely]] {
-          magazines.loaded.put(block->handle);
+          magazines.loaded.put(handed_back(block->handle));
           cache->owner_count_leases(-1);
           const bool kept = keep_spare_block(*cache, block);
           // The count changes before owner_exit: close() reads it only after the section ends
@@ -336,10 +352,11 @@ class EventPoolCore final : private DeferredWork {
       figures.idle_in_depot = depots_.idle(device);
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
       figures.retired = depots_.retired(device);
+      figures.busy = depots_.set_aside(device);
       // Derived (call_counts.h): every event created or adopted and not destroyed is idle,
-      // retired or out.
+      // retired, set aside busy or out.
       figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
-                            static_cast<std::int64_t>(figures.idle + figures.retired);
+                            static_cast<std::int64_t>(figures.idle + figures.retired + figures.busy);
       const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
       figures.puts = figures.gets - std::min(figures.gets, out);
       figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
@@ -385,6 +402,7 @@ class EventPoolCore final : private DeferredWork {
   int device_count() const noexcept { return depots_.device_count(); }
   const options_type &options() const noexcept { return depots_.options(); }
   std::size_t max_idle_per_device() const noexcept { return depots_.max_idle(); }
+  std::size_t max_per_device() const noexcept { return depots_.max_kept(); }
   std::size_t node_count() const noexcept { return depots_.node_count(); }
   std::uint64_t retired_events(int device_id) const {
     depots_.check_device(device_id, "retired_events");
@@ -453,11 +471,14 @@ class EventPoolCore final : private DeferredWork {
     const int device = device_for_put(event, device_id);
     bool kept;
     try {
-      kept = keep(event.get(), device, adopted);
+      kept = keep(handed_back(event.get()), device, adopted);
     } catch (const DoublePutError &) {
       (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
     }
+    // Under a cap, a Put brings a handle into the pool's keeping (Get took it out).
+    if (depots_.capped()) [[unlikely]]
+      depots_.count_kept(device, 1);
     if (kept)
       (void)event.release();
     else
@@ -492,35 +513,45 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // Busy handles (CUDA streams: work of their last holder is still pending). The loaded
-  // magazine's newest handle, just taken, is busy. Its oldest, at the bottom, has had the longest
-  // to finish: if that one is idle it is handed out, the others move down one place and the busy
-  // one goes back on top. The magazine is then a queue for busy handles: a thread that hands
-  // streams back busy and gets them again (enqueue, hand back, get) always asks the one it handed
-  // back longest ago, two queries a Get, with no shared write, and needs only as many streams as
-  // its work has in flight, as long as they fit its loaded magazine. (A swap of the two instead
-  // sent the busy one to the bottom, to be asked next: with work longer than two Gets every Get
-  // created, up to two full magazines.) If the oldest is busy too, the newest goes back on top and
-  // the Get goes to the depot, which hands out no busy handle either and creates a new one if the
-  // streams it asks are busy. Work that outlasts more Gets than a magazine holds so makes every
-  // Get create: a full loaded magazine trades the previous one, the oldest streams, to the depot,
-  // where only the newest few are asked (docs/streams.md, Limits).
+  // magazine's newest handle, just taken, is busy. The others of the magazine are asked from the
+  // oldest, which has had the longest to finish, up: the first idle one is handed out, those above
+  // it move down one place and the busy one goes back on top. For busy handles the magazine is so
+  // a queue: a thread that hands streams back busy and gets them again (enqueue, hand back, get)
+  // asks the one it handed back longest ago first, and needs only as many streams as its work has
+  // in flight, as long as they fit its magazines. Then the previous magazine is asked, whole. If
+  // every handle of the cache is busy, the Get goes to the depot, which hands out no busy handle
+  // either and sets aside every busy one it meets (device_depots.h, take_idle). Asking is cheap
+  // where the backend marks hand-backs (a read of host memory: cuda_stream_backend.h), so a Get
+  // asks all it holds before it creates.
   [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
                                                      handle_type busy, int device, int leases) {
     auto &loaded = magazines.loaded;
-    if (const std::uint32_t count = loaded.count(); count != 0) {
-      handle_type *handles = loaded.magazine->handles;
-      if (!is_busy(handles[0])) {
-        const handle_type idle = handles[0];
-        std::copy(handles + 1, handles + count, handles);
-        handles[count - 1] = busy;
-        if (leases != 0) cache.owner_count_leases(leases);
-        cache.owner_exit();
-        return idle;
+    const std::uint32_t count = loaded.count();
+    handle_type *handles = loaded.magazine->handles;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (is_busy(handles[i])) continue;
+      const handle_type idle = handles[i];
+      std::copy(handles + i + 1, handles + count, handles + i);
+      handles[count - 1] = busy;
+      return hand_out_from_cache(cache, idle, leases);
+    }
+    loaded.untake();  // as it was: the Get is counted by the way that serves it
+    if (auto &previous = magazines.previous; previous.held()) {
+      handle_type *older = previous.magazine->handles;
+      for (std::uint32_t i = 0, held = previous.count(); i < held; ++i) {
+        if (is_busy(older[i])) continue;
+        std::swap(older[i], older[held - 1]);  // to the top, where take() finds it
+        return hand_out_from_cache(cache, previous.take(), leases);
       }
     }
-    loaded.untake();  // as it was: the Get is counted by the depot's way instead
     cache.owner_exit();
     return obtain_from_depot(device, leases);
+  }
+
+  [[gnu::always_inline]] handle_type hand_out_from_cache(Cache &cache, handle_type handle, int leases) noexcept {
+    if (leases != 0) cache.owner_count_leases(leases);
+    cache.owner_exit();
+    return handle;
   }
 
   // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
@@ -551,8 +582,10 @@ class EventPoolCore final : private DeferredWork {
     run_driver_work_on_the_way(device);  // without caches, every Get: the only way it is done
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
-      handle = store.create(device);  // may throw: nothing held
-      if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
+      if (!store.create_within_cap(device, handle))  // may throw: nothing held
+        handle = wait_at_cap(store, device);
+      else if constexpr (kCountCalls)
+        store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
     if constexpr (kCountCalls) store.counts(device).gets.fetch_add(1, std::memory_order_relaxed);
     if (store.checker()) store.checker()->on_handed_out(device, handle);
@@ -561,41 +594,57 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // An idle event of the depot, or else a retired one, into `handle`; false if there is neither.
-  // Where handles can be busy, the depot's top holds those handed back last, the busiest: up to
-  // kDepotCandidates are asked, and the busy ones go back (to the depot if they still fit, else
-  // among the retired) before the caller creates. A retired one is asked once.
+  // Where handles can be busy, the depot hands out only an idle one, and sets aside the busy ones
+  // it meets (device_depots.h, take_idle).
   bool take_idle_from_depot(Depots &store, int device, handle_type &handle) noexcept {
-    if constexpr (kBusyHandles) {
-      handle_type busy[kDepotCandidates];
-      std::size_t asked = 0;
-      bool found = false;
-      while (!found && asked < kDepotCandidates && store.take_one(device, handle)) {
-        if (is_busy(handle))
-          busy[asked++] = handle;
-        else
-          found = true;
-      }
-      while (asked > 0) give_back_busy(store, device, busy[--asked]);  // in the order they were
-      if (found) return true;
-    } else if (store.take_one(device, handle)) {
-      return true;
-    }
-    if (store.take_retired_one(device, handle)) {
-      if (!is_busy(handle)) return true;
-      store.retire_one(device, handle);
-    }
-    return false;
+    if constexpr (kBusyHandles)
+      return store.take_idle(device, handle, [this](handle_type asked) noexcept { return is_busy(asked); });
+    else
+      return store.take_one(device, handle) || store.take_retired_one(device, handle);
   }
 
-  // A busy handle taken from the depot goes back to it, or, if it no longer fits (others were put
-  // meanwhile) or no magazine can be had, among the retired: never lost.
-  void give_back_busy(Depots &store, int device, handle_type handle) noexcept {
-    bool back = false;
-    try {
-      back = store.give_one(device, handle);
-    } catch (...) {
+  // Every handle the device may keep exists, and none the Get could reach was idle. The caches of
+  // every thread give theirs to the depot (a Trim that destroys nothing: they may hold idle ones),
+  // and the Get waits, asking again with growing pauses, for a busy one to complete: the GPU ends
+  // the wait, as it ends cudaStreamSynchronize's. If the pool holds none of the device's handles
+  // at all (every one is leased or got), nothing the pool can see would end the wait: it throws.
+  [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device) {
+    run_deferred_work();  // a lease that outlived its pool may give a handle back
+    handle_type handle;
+    for (std::chrono::microseconds pause(1);; pause = std::min(2 * pause, kLongestPauseAtCap)) {
+      if constexpr (kCached) flush_every_cache();
+      if (take_idle_from_depot(store, device, handle)) return handle;
+      if (store.create_within_cap(device, handle)) {  // one was destroyed or let go meanwhile
+        if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
+        return handle;
+      }
+      if (store.set_aside(device) == 0 && store.retired(device) == 0 && store.idle(device) == 0)
+        throw_at_cap(device, store.max_kept());
+      std::this_thread::sleep_for(pause);
     }
-    if (!back) store.retire_one(device, handle);
+  }
+  static constexpr std::chrono::microseconds kLongestPauseAtCap{1000};
+
+  // Every cache's magazines go to the depots; the caches stay open.
+  void flush_every_cache() noexcept {
+    auto &caches = registry();
+    auto lock = caches.lock();
+    drain_caches(/*keep_events=*/true);
+    caches.reopen_all();
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_at_cap(int device, std::size_t cap) {
+    throw PoolCapReached("evpool: Get on device " + std::to_string(device) + ": the pool keeps its cap of " +
+                         std::to_string(cap) +
+                         " per device, and every one is out (leased or got): none will become idle "
+                         "without a hand-back, so Get does not wait");
+  }
+
+  // The holder hands `handle` back: where the backend marks hand-backs, the mark is made here, on
+  // the holder's thread, before the pool takes the handle.
+  [[gnu::always_inline]] handle_type handed_back(handle_type handle) noexcept {
+    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().mark_handed_back(handle);
+    return handle;
   }
 
   bool is_busy(handle_type handle) const noexcept {
@@ -687,6 +736,7 @@ class EventPoolCore final : private DeferredWork {
       count_leases(-1);
       return;
     }
+    (void)handed_back(event.get());
     const int device = event.device_id();
     if (Cache *cache = enter_own_cache()) {
       try {

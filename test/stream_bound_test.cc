@@ -1,0 +1,263 @@
+// The bound on what a pool of busy handles creates (docs/streams.md, "The bound"), through
+// HostStreamBackend on its tick clock: a stream handed back with work lasting L ticks is busy for
+// the next L ticks, and the tests tick once per Get, as time passes between a scheduler's leases.
+// A Get creates only after every handle it can reach (its cache, the depot, those set aside busy,
+// the retired) was found busy, so one thread that hands back every stream busy for L ticks needs
+// at most L + 2 streams, however long it runs. And the cap, and the hand-back marks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <deque>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_event_pool.h"
+#include "evpool/pool_cap.h"
+#include "pool_policies.h"
+#include "support/host_stream_backend.h"
+#include "support/other_thread.h"
+
+namespace evpool {
+namespace {
+
+using test::HostStreamBackend;
+using Stream = HostStreamBackend::event_type;
+using Token = HostStreamBackend::handle_type;
+using Clock = HostStreamBackend::Clock;
+
+template <class Policy>
+class StreamBound : public testing::Test {
+ protected:
+  using Pool = BasicEventPool<HostStreamBackend, Policy>;
+};
+TYPED_TEST_SUITE(StreamBound, test::BothPolicies, test::PolicyName);
+
+// The pattern of docs/streams.md: lease, enqueue work, hand back busy, again; the work in flight
+// is just over one magazine, two magazines, many. Creation levels off at the work in flight.
+TYPED_TEST(StreamBound, OneThreadHandingBackBusyNeedsOnlyItsWorkInFlight) {
+  for (const std::uint32_t work : {4u, 31u, 33u, 64u, 128u, 256u}) {
+    HostStreamBackend backend(1, Clock::kTicks);
+    typename TestFixture::Pool pool(backend);
+    std::uint64_t created_early = 0;
+    for (int get = 1; get <= 12000; ++get) {
+      Stream stream = pool.Get(0);
+      ASSERT_TRUE(backend.asked_idle_since_busy(stream.get())) << "work " << work << ", Get " << get;
+      backend.make_busy(stream.get(), work);
+      pool.Put(std::move(stream));
+      backend.advance();
+      if (get == 4 * 256) created_early = backend.created();
+    }
+    EXPECT_LE(backend.created(), work + 2) << "work lasting " << work << " Gets";
+    EXPECT_EQ(backend.created(), created_early) << "work lasting " << work << ": creation did not level off";
+  }
+}
+
+// A lease ending with its stream busy follows the same path as a Put (the hand-back).
+TYPED_TEST(StreamBound, LeasesHandedBackBusyNeedOnlyTheirWorkInFlight) {
+  constexpr std::uint32_t kWork = 100;
+  HostStreamBackend backend(1, Clock::kTicks);
+  typename TestFixture::Pool pool(backend);
+  for (int get = 0; get < 4000; ++get) {
+    auto lease = get % 2 == 0 ? pool.Lease(0) : decltype(pool.Lease(0))();
+    auto shared = get % 2 == 1 ? pool.LeaseShared(0) : decltype(pool.LeaseShared(0))();
+    const Token token = lease ? lease.get() : shared.get();
+    ASSERT_TRUE(backend.asked_idle_since_busy(token)) << "Get " << get;
+    backend.make_busy(token, kWork);
+    backend.advance();
+  }
+  EXPECT_LE(backend.created(), kWork + 2);
+}
+
+// One thread leases and another hands back: the streams go through the second thread's cache
+// and the depot, and the first takes them from the depot once their work is done.
+TYPED_TEST(StreamBound, StreamsHandedBackByAnotherThreadAreFoundAgain) {
+  for (const std::uint32_t work : {8u, 64u, 200u}) {
+    HostStreamBackend backend(1, Clock::kTicks);
+    typename TestFixture::Pool pool(backend);
+    std::deque<Stream> in_flight;  // from the leasing thread to the handing-back one
+    std::uint64_t created_early = 0;
+    // The two threads' turns, interleaved on one thread of the test: which thread calls is what
+    // decides whose cache a stream goes to, so each runs on a thread of its own.
+    test::OtherThread handing_back;
+    for (int get = 1; get <= 6000; ++get) {
+      Stream stream = pool.Get(0);
+      ASSERT_TRUE(backend.asked_idle_since_busy(stream.get())) << "work " << work << ", Get " << get;
+      backend.make_busy(stream.get(), work);
+      in_flight.push_back(std::move(stream));
+      if (in_flight.size() == 16) {
+        handing_back.run([&] {
+          for (Stream &handed : in_flight) pool.Put(std::move(handed));
+        });
+        in_flight.clear();
+      }
+      backend.advance();
+      if (get == 3000) created_early = backend.created();
+    }
+    // The handing-back thread's cache holds up to two magazines, which the leasing thread cannot
+    // reach: they add to what the work in flight needs.
+    const std::uint64_t cache_bound = test::kPerThreadCacheBound<TypeParam>;
+    EXPECT_LE(backend.created(), work + 16 + cache_bound + 2) << "work lasting " << work;
+    EXPECT_EQ(backend.created(), created_early) << "work lasting " << work << ": creation did not level off";
+  }
+}
+
+// An idle stream below busy ones is found: the busy ones met on the way are set aside.
+TYPED_TEST(StreamBound, AnIdleStreamBelowBusyOnesIsFound) {
+  HostStreamBackend backend(1, Clock::kTicks);
+  typename TestFixture::Pool pool(backend);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 100; ++i) streams.push_back(pool.Get(0));
+  const Token idle = streams.front().get();
+  for (Stream &stream : streams) {
+    if (stream.get() != idle) backend.make_busy(stream.get(), 1000);
+    pool.Put(std::move(stream));  // the idle one first: at the bottom
+  }
+  pool.FlushThreadCache();  // every stream to the depot: the idle one under 99 busy ones
+  Stream got = pool.Get(0);
+  EXPECT_EQ(got.get(), idle);
+  EXPECT_EQ(backend.created(), 100u) << "a Get created while an idle stream was in the pool";
+  const DeviceStats figures = pool.stats().total();
+  EXPECT_EQ(figures.busy + figures.idle, 99u) << "every busy stream is still the pool's";
+}
+
+// Busy streams set aside are asked again by the next Get that finds nothing else: the one whose
+// work completed first is handed out, and nothing is created.
+TYPED_TEST(StreamBound, StreamsSetAsideAreHandedOutOnceTheirWorkIsDone) {
+  HostStreamBackend backend(1, Clock::kTicks);
+  typename TestFixture::Pool pool(backend);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 40; ++i) streams.push_back(pool.Get(0));
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    backend.make_busy(streams[i].get(), i == 7 ? 5 : 1000);
+    pool.Put(std::move(streams[i]));
+  }
+  pool.FlushThreadCache();
+  std::vector<Stream> held;
+  held.push_back(pool.Get(0));  // every one busy: one is created, the 40 are set aside
+  EXPECT_EQ(backend.created(), 41u);
+  DeviceStats figures = pool.stats().total();
+  EXPECT_GT(figures.busy, 0u) << "the busy streams the Get met in the depot are set aside";
+  EXPECT_EQ(figures.busy + figures.idle, 40u);
+  backend.advance(10);
+  held.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), 41u) << "the stream whose work ended was not found among those set aside";
+  EXPECT_TRUE(backend.asked_idle_since_busy(held.back().get()));
+  figures = pool.stats().total();
+  EXPECT_EQ(figures.busy + figures.idle, 39u);
+}
+
+// Every hand-back is marked once, on the way in, and every handle that leaves the pool without
+// being destroyed (a Get, a lease's release()) is let go of once.
+TYPED_TEST(StreamBound, EveryHandBackIsMarkedAndEveryLeavingHandleLetGo) {
+  HostStreamBackend backend(1);
+  typename TestFixture::Pool pool(backend);
+  Stream got = pool.Get(0);
+  EXPECT_EQ(backend.let_go_count(), 1u) << "Get";
+  pool.Put(std::move(got));
+  EXPECT_EQ(backend.marks(), 1u) << "Put";
+  { auto lease = pool.Lease(0); }
+  EXPECT_EQ(backend.marks(), 2u) << "a lease's end";
+  { auto shared = pool.LeaseShared(0); }
+  EXPECT_EQ(backend.marks(), 3u) << "a shared lease's end";
+  Stream released = pool.Lease(0).release();
+  EXPECT_EQ(backend.let_go_count(), 2u) << "release()";
+  EXPECT_EQ(backend.marks(), 3u) << "a released stream is not handed back";
+  pool.Put(std::move(released));
+  EXPECT_EQ(backend.marks(), 4u);
+  // Over the idle limit, the hand-back is marked all the same: the retired stream is asked too.
+  HostStreamBackend limited_backend(1);
+  typename TestFixture::Pool limited(limited_backend, HostStreamBackend::kDefaultOptions, 1);
+  std::vector<Stream> many;
+  for (int i = 0; i < 300; ++i) many.push_back(limited.Get(0));
+  for (Stream &stream : many) limited.Put(std::move(stream));
+  EXPECT_EQ(limited_backend.marks(), 300u);
+}
+
+// ---- The cap ------------------------------------------------------------------------------------
+
+TYPED_TEST(StreamBound, ACapOfZeroIsRefused) {
+  HostStreamBackend backend(1);
+  EXPECT_THROW(typename TestFixture::Pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle,
+                                          Checks::kDefault, 0),
+               std::invalid_argument);
+}
+
+// At the cap, a Get waits for a busy stream of the pool's to complete (here the Get's own asking
+// is the clock) and creates nothing.
+TYPED_TEST(StreamBound, AGetAtTheCapWaitsForABusyStream) {
+  HostStreamBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 3);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(pool.Get(0));
+  for (Stream &stream : streams) {
+    backend.make_busy(stream.get(), 50);
+    pool.Put(std::move(stream));
+  }
+  Stream got = pool.Get(0);
+  EXPECT_TRUE(backend.asked_idle_since_busy(got.get()));
+  EXPECT_EQ(backend.created(), 3u);
+}
+
+// At the cap with every stream out, nothing the pool holds can end a wait: Get throws, and the
+// pool is as it was. A stream let go of (release()) no longer counts; a Put brings one back under
+// the count, also over the cap.
+TYPED_TEST(StreamBound, AGetAtTheCapWithEveryStreamOutThrows) {
+  HostStreamBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 2);
+  auto first = pool.Lease(0);
+  auto second = pool.Lease(0);
+  try {
+    (void)pool.Lease(0);
+    FAIL() << "no throw at the cap";
+  } catch (const PoolCapReached &error) {
+    EXPECT_NE(std::string(error.what()).find("cap of 2"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("device 0"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(backend.created(), 2u);
+  EXPECT_EQ(pool.stats().total().outstanding, 2) << "the refused Get took nothing";
+  Stream let_go = first.release();  // no longer the pool's
+  auto third = pool.Lease(0);
+  EXPECT_EQ(backend.created(), 3u);
+  pool.Put(std::move(let_go));  // the pool's again: 3 over a cap of 2
+  second.reset();
+  auto fourth = pool.Lease(0);
+  auto fifth = pool.Lease(0);
+  EXPECT_EQ(backend.created(), 3u) << "the idle ones are reused";
+  EXPECT_THROW((void)pool.Lease(0), PoolCapReached);
+}
+
+// A Get (not a lease) takes its handle out of the pool's keeping until a Put brings it back.
+TYPED_TEST(StreamBound, AGotHandleDoesNotCountAgainstTheCap) {
+  HostStreamBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 1);
+  Stream got = pool.Get(0);
+  auto leased = pool.Lease(0);
+  EXPECT_EQ(backend.created(), 2u);
+  EXPECT_THROW((void)pool.Lease(0), PoolCapReached);
+  pool.Put(std::move(got));
+  leased.reset();
+  auto again = pool.Lease(0);
+  auto twice = pool.Lease(0);
+  EXPECT_EQ(backend.created(), 2u);
+}
+
+// At the cap, idle streams in another thread's cache are brought to the depot rather than waited
+// for or thrown over.
+TYPED_TEST(StreamBound, AGetAtTheCapFindsIdleStreamsInOtherThreadsCaches) {
+  HostStreamBackend backend(1);
+  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 4);
+  test::OtherThread other;
+  other.run([&] {
+    std::vector<Stream> streams;
+    for (int i = 0; i < 4; ++i) streams.push_back(pool.Get(0));
+    for (Stream &stream : streams) pool.Put(std::move(stream));  // into that thread's cache
+  });
+  std::vector<Stream> got;
+  for (int i = 0; i < 4; ++i) got.push_back(pool.Get(0));
+  EXPECT_EQ(backend.created(), 4u);
+}
+
+}  // namespace
+}  // namespace evpool
