@@ -21,6 +21,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "support/host_completion_backend.h"
+#include "support/host_completion_fixture.h"
 
 namespace evpool {
 namespace {
@@ -66,12 +67,8 @@ class Completer {
   std::jthread thread_;
 };
 
-class CompletionConcurrency : public testing::Test {
+class CompletionConcurrency : public test::HostCompletionFixture<> {
  protected:
-  HostBackend events_{2};
-  HostCompletionBackend::pool_type pool_{events_};
-  HostCompletionBackend backend_{pool_};
-
   void expect_all_done_once(const Ledger &ledger, const Queue &queue, std::size_t requests) {
     std::size_t wrong = 0;
     for (const auto &runs : ledger.runs) wrong += runs.load() != 1;
