@@ -501,7 +501,8 @@ TEST_F(CompletionAllocationFailure, APollerThreadThatCannotFileARequestTriesAgai
   // A stream the poller has no FIFO for yet: filing the request allocates.
   CompletionQueue::completion request = queue.notify(&second);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (opted_in_failures.load() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (opted_in_failures.load() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
   opted_in_threads_fail = false;
   EXPECT_GE(opted_in_failures.load(), 3) << "the poller stopped trying to file the request";
   while (!request.ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();

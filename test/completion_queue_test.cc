@@ -211,7 +211,8 @@ TEST_F(CompletionQueueTest, ACallbackThatConvertsToFalseIsRefusedBeforeAnEventIs
     return "accepted";
   };
   void (*null_function)(int) = nullptr;
-  EXPECT_NE(message_of(null_function).find("the callback is empty"), std::string::npos) << message_of(null_function);
+  EXPECT_NE(message_of(null_function).find("the callback is empty"), std::string::npos)
+      << message_of(null_function);
   std::function<void(int)> empty;
   EXPECT_NE(message_of(std::move(empty)).find("the callback is empty"), std::string::npos);
   // Any callable that converts to false, as std::move_only_function does when empty.

@@ -437,7 +437,9 @@ TEST_F(CompletionQueueOnGpu, RequestsOnTheSpecialHandlesKeepTheirOrderAndAreCaug
   constexpr int kRequests = 8;
   CompletionQueue queue{CUDACompletionBackend(*pool_), CompletionQueueOptions{CompletionPolling::kCaller}};
   for (cudaStream_t stream : {cudaStream_t{nullptr}, cudaStreamLegacy, cudaStreamPerThread}) {
-    const std::string name = stream == nullptr ? "0" : stream == cudaStreamLegacy ? "cudaStreamLegacy" : "cudaStreamPerThread";
+    const std::string name = stream == nullptr            ? "0"
+                             : stream == cudaStreamLegacy ? "cudaStreamLegacy"
+                                                          : "cudaStreamPerThread";
     std::vector<int> order;
     ASSERT_CUDA(kernels_->spin(stream, 2ms));
     for (int i = 0; i < kRequests; ++i)

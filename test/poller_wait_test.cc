@@ -15,7 +15,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "evpool/detail/poller_wait.h"
 #include "evpool/detail/request_channel.h"
@@ -48,17 +51,19 @@ TEST(PollerDoorbell, APollerAboutToSleepAndARequesterNeverMissEachOtherInAnyOrde
     Request request;
     SimulatedThread poller, requester;
     bool poller_saw_request = false, requester_woke_poller = false;
-    std::string steps;
+    const std::array<std::pair<const char *, std::function<void()>>, 4> steps{{
+        {"announce", [&] { poller.run([&] { doorbell.announce_sleep(); }); }},
+        {"look", [&] { poller.run([&] { poller_saw_request = channel->has_requests(); }); }},
+        {"push", [&] { requester.run([&] { channel->push(&request); }); }},
+        {"ring", [&] { requester.run([&] { requester_woke_poller = doorbell.ring(); }); }},
+    }};
+    std::string taken;
     for (int step : order) {
-      switch (step) {
-        case 0: poller.run([&] { doorbell.announce_sleep(); }); steps += "announce "; break;
-        case 1: poller.run([&] { poller_saw_request = channel->has_requests(); }); steps += "look "; break;
-        case 2: requester.run([&] { channel->push(&request); }); steps += "push "; break;
-        case 3: requester.run([&] { requester_woke_poller = doorbell.ring(); }); steps += "ring "; break;
-      }
+      steps[static_cast<std::size_t>(step)].second();
+      taken += steps[static_cast<std::size_t>(step)].first + std::string(" ");
     }
     EXPECT_TRUE(poller_saw_request || requester_woke_poller)
-        << "in the order " << steps << "the poller found no request and the requester did not wake it";
+        << "in the order " << taken << "the poller found no request and the requester did not wake it";
     poller.drain();
     requester.drain();
     channel->let_go(Channel::kQueue);

@@ -36,8 +36,9 @@
 //
 // Misuse that would crash or hang is refused with an exception, before anything changes:
 // - notify() with a callback that converts to false (a null function pointer, an empty
-//   std::function): std::invalid_argument, before an event is taken; the poller would crash
-//   calling it, or keep a std::bad_function_call in the handle of work it could not report on.
+//   std::function): std::invalid_argument, before an event is taken. Taken, a null pointer
+//   crashed the poller when it called it, and an empty std::function only threw
+//   std::bad_function_call into the handle.
 // - Completion::wait() for an unfinished request, inside a pass of the request's own queue (from
 //   one of its callbacks): std::logic_error; only that pass could finish the request
 //   (detail/polling_thread.h). Each pass marks its thread as polling the queue for that purpose.

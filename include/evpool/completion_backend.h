@@ -59,8 +59,7 @@ template <class B>
 concept CompletionBackend = std::is_trivially_copyable_v<typename B::stream_type> &&
     std::is_default_constructible_v<typename B::event_type> &&
     std::is_nothrow_move_constructible_v<typename B::event_type> &&
-    requires(B &backend, typename B::stream_type stream, typename B::event_type &event, RecordedOn &on,
-             int device) {
+    requires(B &backend, typename B::stream_type stream, typename B::event_type &event, RecordedOn &on, int device) {
   { B::kSuccess } -> std::convertible_to<typename B::status_type>;
   backend.check_stream(stream);
   { backend.record(stream, event, on) }

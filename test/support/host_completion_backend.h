@@ -212,7 +212,8 @@ class HostCompletionBackend {
   std::string first_early_finish() const {
     if (early_finishes() == 0) return {};
     return "the request recorded as number " + std::to_string(state_->early_number) + " on stream id " +
-           std::to_string(state_->early_work) + " was finished (its event given back) when that stream's work was done through " +
+           std::to_string(state_->early_work) +
+           " was finished (its event given back) when that stream's work was done through " +
            std::to_string(state_->early_completed) + " only";
   }
 
