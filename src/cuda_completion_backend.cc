@@ -59,16 +59,17 @@ void CUDACompletionBackend::check_stream(cudaStream_t stream) const {
 cudaError_t CUDACompletionBackend::record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on) noexcept {
   detail::CudaStreams streams;
   try {
-    on.device = streams.device_of(stream, StreamCapture{});
-    // Before the record, so that a request whose record fails keeps its place in its stream's FIFO.
+    // First, so that a request whose record fails keeps its place in its stream's FIFO.
     on.stream_id = id_of(stream);
+    on.device = streams.device_of(stream, StreamCapture{});
     event = pool_->Get(on.device);
     streams.record(event.get(), stream, on.device, /*external=*/false);
     return cudaSuccess;
   } catch (const CUDAError &error) {
     // The request completes with the error, in the FIFO of the stream and device: where the
     // stream could not tell its device, the current one is the best guess (the legacy stream's,
-    // and a stream's whose context is current), so the request does not overtake earlier ones.
+    // and a stream's whose context is current), so the request does not overtake earlier ones
+    // (if the stream's id could be read: without it, the request has a FIFO of its own).
     if (on.device < 0 && cudaGetDevice(&on.device) != cudaSuccess) on.device = -1;
     return error.error();
   } catch (const std::bad_alloc &) {
