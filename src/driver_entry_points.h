@@ -20,6 +20,7 @@ struct DriverEntryPoints {
   PFN_cuStreamGetCaptureInfo_v11030 get_capture_info = nullptr;
   PFN_cuStreamGetDevice_v12080 get_device = nullptr;
   PFN_cuStreamGetCtx_v9020 get_context = nullptr;
+  PFN_cuStreamGetId_v12000 get_id = nullptr;
   PFN_cuCtxPushCurrent_v4000 push_context = nullptr;
   PFN_cuCtxGetDevice_v2000 current_context_device = nullptr;
   PFN_cuCtxPopCurrent_v4000 pop_context = nullptr;
@@ -32,6 +33,7 @@ struct DriverEntryPoints {
     resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
     resolve("cuStreamGetDevice", 12080, get_device);
     resolve("cuStreamGetCtx", 9020, get_context);
+    resolve("cuStreamGetId", 12000, get_id);
     resolve("cuCtxPushCurrent", 4000, push_context);
     resolve("cuCtxGetDevice", 2000, current_context_device);
     resolve("cuCtxPopCurrent", 4000, pop_context);

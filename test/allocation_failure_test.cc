@@ -1,9 +1,11 @@
 // Node allocation failure: Put must throw std::bad_alloc before taking ownership, and the pool must
-// stay consistent, with per-thread caches on and off. The global operator new of this test binary
-// fails on demand.
+// stay consistent, with per-thread caches on and off. A completion queue's poller that cannot file
+// a request keeps it, in order, and files it once memory is back. The global operator new of this
+// test binary fails on demand.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -12,13 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include "evpool/basic_completion_queue.h"
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
+#include "support/host_completion_backend.h"
+#include "support/host_completion_fixture.h"
 
 namespace {
 thread_local int allocations_until_failure = -1;  // -1: never fail
+// A thread that opted in (a completion queue's poller thread, from a callback) fails every
+// allocation while `opted_in_threads_fail` is set. Relaxed: a switch the test flips and polls; the
+// failures it counts need no order with anything else.
+thread_local bool opted_in = false;
+std::atomic<bool> opted_in_threads_fail{false};
+std::atomic<int> opted_in_failures{0};
 // Sized deletes of this size are counted (0: none): a test watches the pool delete its blocks.
 std::atomic<std::size_t> watched_delete_size{0};
 std::atomic<int> watched_deletes{0};
@@ -28,6 +39,10 @@ void count_delete(std::size_t size) noexcept {
 }
 
 void *allocate(std::size_t size, std::size_t alignment) {
+  if (opted_in && opted_in_threads_fail.load(std::memory_order_relaxed)) {
+    opted_in_failures.fetch_add(1, std::memory_order_relaxed);
+    throw std::bad_alloc();
+  }
   if (allocations_until_failure == 0) {
     allocations_until_failure = -1;
     throw std::bad_alloc();
@@ -427,6 +442,72 @@ TYPED_TEST(AllocationFailure, ASpareBlockSurvivesAnEmptyMagazineAndAFailedCreate
     EXPECT_EQ(figures.outstanding, 0);
     EXPECT_EQ(figures.gets, figures.puts);
   }
+}
+
+using test::HostCompletionBackend;
+using test::HostWorkStream;
+using CompletionQueue = BasicCompletionQueue<HostCompletionBackend>;
+using CompletionAllocationFailure = test::HostCompletionFixture<>;
+
+// Each allocation the poller makes in a pass fails in turn (filing a request in its stream's FIFO
+// takes a node of the FIFO map and a slot of the active list): the requests it could not file
+// stay with their channel, ahead of those asked for later, and the next pass files them. Each
+// callback runs once, and each stream's in the order of its requests. Fails if a request the
+// poller could not file is dropped, finished, or overtaken by a later one.
+TEST_F(CompletionAllocationFailure, RequestsThePollerCannotFileWaitForTheNextPassInOrder) {
+  int failing_at = 0;
+  for (bool failed = true; failed; ++failing_at) {
+    CompletionQueue queue(backend_, CompletionQueueOptions{CompletionPolling::kCaller});
+    HostWorkStream a, b(1);
+    std::vector<int> order_a, order_b;  // reserved: a callback that allocated could fail itself
+    order_a.reserve(8);
+    order_b.reserve(8);
+    const auto ask = [&](int i) {
+      HostWorkStream &stream = i % 2 == 1 ? a : b;
+      std::vector<int> &order = i % 2 == 1 ? order_a : order_b;
+      queue.notify(&stream, [&order, i](int) { order.push_back(i); });
+    };
+    for (int i = 1; i <= 4; ++i) ask(i);
+    a.complete_all();
+    b.complete_all();
+    allocations_until_failure = failing_at;
+    std::size_t finished = queue.poll();
+    failed = allocations_until_failure == -1;
+    allocations_until_failure = -1;
+    for (int i = 5; i <= 6; ++i) ask(i);
+    a.complete_all();
+    b.complete_all();
+    for (int pass = 0; pass < 4; ++pass) finished += queue.poll();
+    EXPECT_EQ(finished, 6u) << "the poll's allocation " << failing_at << " failed";
+    EXPECT_EQ(order_a, (std::vector<int>{1, 3, 5})) << "the poll's allocation " << failing_at << " failed";
+    EXPECT_EQ(order_b, (std::vector<int>{2, 4, 6})) << "the poll's allocation " << failing_at << " failed";
+    EXPECT_EQ(queue.stats().requests, 6u);
+  }
+  EXPECT_GE(failing_at, 2) << "the first pass made no allocation: the test no longer reaches the failure";
+}
+
+// The queue's own poller thread: while it cannot file a request, it keeps trying, sleeping
+// between tries, and files it once memory is back; with no other request in progress it must not
+// sleep until the next request rings (none comes). Fails if the poller counts a request it could
+// not file as nothing to do (it fails once, then sleeps for ever).
+TEST_F(CompletionAllocationFailure, APollerThreadThatCannotFileARequestTriesAgain) {
+  CompletionQueue queue(backend_);
+  HostWorkStream first, second;
+  first.complete_through(UINT64_MAX);
+  second.complete_through(UINT64_MAX);
+  queue.notify(&first, [](int) { opted_in = true; }).wait();  // on the poller thread
+  opted_in_failures = 0;
+  opted_in_threads_fail = true;
+  // A stream the poller has no FIFO for yet: filing the request allocates.
+  CompletionQueue::completion request = queue.notify(&second);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (opted_in_failures.load() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  opted_in_threads_fail = false;
+  EXPECT_GE(opted_in_failures.load(), 3) << "the poller stopped trying to file the request";
+  while (!request.ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(request.ready()) << "the request was not filed once memory was back";
+  EXPECT_EQ(request.status(), HostCompletionBackend::kSuccess);
 }
 
 }  // namespace

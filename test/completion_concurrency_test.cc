@@ -4,7 +4,8 @@
 // - every request's callback ran exactly once (a counter per request);
 // - a thread's callbacks on one stream ran in the order of its requests;
 // - every event went back to its pool (the pool has none outstanding), once per request;
-// - the queue's counts agree.
+// - the queue's counts agree;
+// - no request was finished before its own work was done (the fixture, at every give-back).
 // These run under ThreadSanitizer and ASan (LeakSanitizer: channels and requests freed).
 #include <gtest/gtest.h>
 
@@ -21,11 +22,13 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "support/host_completion_backend.h"
+#include "support/host_completion_fixture.h"
 
 namespace evpool {
 namespace {
 
 using test::HostCompletionBackend;
+using test::HostWork;
 using test::HostWorkStream;
 using Queue = BasicCompletionQueue<HostCompletionBackend>;
 using namespace std::chrono_literals;
@@ -66,12 +69,8 @@ class Completer {
   std::jthread thread_;
 };
 
-class CompletionConcurrency : public testing::Test {
+class CompletionConcurrency : public test::HostCompletionFixture<> {
  protected:
-  HostBackend events_{2};
-  HostCompletionBackend::pool_type pool_{events_};
-  HostCompletionBackend backend_{pool_};
-
   void expect_all_done_once(const Ledger &ledger, const Queue &queue, std::size_t requests) {
     std::size_t wrong = 0;
     for (const auto &runs : ledger.runs) wrong += runs.load() != 1;
@@ -121,6 +120,75 @@ TEST_F(CompletionConcurrency, ManyThreadsAskWhileWorkCompletesAtRandom) {
             });
           }
           while (in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+        });
+    }
+    expect_all_done_once(ledger, queue, kThreads * kRequestsEach);
+  }
+}
+
+// Each thread hands its stream's handle to a new stream every few requests, as CUDA does when a
+// stream destroyed with work running is followed by a cudaStreamCreate, and completes the old
+// streams' work itself, a random part at a time, while the completer finishes the current
+// streams' work. No request may be finished before its own work (the fixture's check), and each
+// stream's callbacks run in the order of its requests.
+TEST_F(CompletionConcurrency, ThreadsWhoseHandlesNameNewStreamsWhileTheOldOnesStillRun) {
+  constexpr int kThreads = 4, kRequestsEach = 1500;
+  std::vector<std::unique_ptr<HostWorkStream>> streams;
+  std::vector<HostWorkStream *> all;
+  for (int i = 0; i < kThreads; ++i) {
+    streams.push_back(std::make_unique<HostWorkStream>(i % 2));
+    all.push_back(streams.back().get());
+  }
+  Ledger ledger(kThreads * kRequestsEach);
+  {
+    Queue queue(backend_);
+    {
+      Completer completer(all);
+      std::vector<std::jthread> threads;
+      for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+          HostWorkStream &stream = *all[static_cast<std::size_t>(t)];
+          std::atomic<int> in_flight{0};
+          std::vector<long> last(kRequestsEach + 1, -1);  // per stream the handle named; the poller's
+          std::vector<HostWork *> running;                // old streams' work, not all done yet
+          std::mt19937 random(static_cast<unsigned>(t) + 100);
+          const auto complete_some_old_work = [&] {
+            if (running.empty()) return;
+            const std::size_t pick = random() % running.size();
+            HostWork &work = *running[pick];
+            const std::uint64_t done = work.completed(), enqueued = work.enqueued();
+            if (enqueued > done) work.complete_through(done + 1 + random() % (enqueued - done));
+            if (work.completed() == work.enqueued()) {
+              running[pick] = running.back();
+              running.pop_back();
+            }
+          };
+          int lifetime = 0;
+          for (int i = 0; i < kRequestsEach; ++i) {
+            while (in_flight.load(std::memory_order_acquire) >= kMaxInFlight) {
+              complete_some_old_work();
+              std::this_thread::yield();
+            }
+            if (random() % 16 == 0) {
+              running.push_back(&stream.recreate());
+              ++lifetime;
+            }
+            complete_some_old_work();
+            const long id = static_cast<long>(t) * kRequestsEach + i;
+            in_flight.fetch_add(1, std::memory_order_relaxed);
+            queue.notify(&stream, [&, lifetime, id](int status) {
+              if (status != HostCompletionBackend::kSuccess) ledger.failed.fetch_add(1);
+              long &last_of_stream = last[static_cast<std::size_t>(lifetime)];
+              if (last_of_stream >= id) ledger.out_of_order.fetch_add(1);
+              last_of_stream = id;
+              ledger.runs[static_cast<std::size_t>(id)].fetch_add(1);
+              in_flight.fetch_sub(1, std::memory_order_release);
+            });
+          }
+          while (in_flight.load(std::memory_order_acquire) != 0) {
+            complete_some_old_work();
+            std::this_thread::yield();
+          }
         });
     }
     expect_all_done_once(ledger, queue, kThreads * kRequestsEach);

@@ -15,6 +15,7 @@
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
 #include "support/host_completion_backend.h"
+#include "support/host_completion_fixture.h"
 
 namespace evpool {
 namespace {
@@ -40,17 +41,13 @@ int run_in_child(const std::function<int()> &child) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
 }
 
-class CompletionQueueAfterFork : public testing::TestWithParam<CompletionPolling> {
+class CompletionQueueAfterFork : public test::HostCompletionFixture<testing::TestWithParam<CompletionPolling>> {
  protected:
   void SetUp() override {
     if (kThreadSanitizer && GetParam() == CompletionPolling::kOwnThread)
       GTEST_SKIP() << "ThreadSanitizer cannot start a thread in the child of a multi-threaded process "
                       "(the queue's poller); the other builds run this";
   }
-
-  HostBackend events_{1};
-  HostCompletionBackend::pool_type pool_{events_};
-  HostCompletionBackend backend_{pool_};
 };
 
 TEST_P(CompletionQueueAfterFork, TheChildServesItsOwnRequestsAndNeverItsParents) {

@@ -2,8 +2,10 @@
 // support/ptx_kernels.h): many threads asking on streams of their own, each callback once and in
 // the order of its stream's requests, the events all back in the queue's pool; callbacks that
 // call CUDA and ask for more; wait(); a capturing stream refused without harm to its capture; the
-// destructor waiting for work in progress; a queue polled by its caller; and a sticky error, in a
-// child process of its own (completion_error_scenario.cc). Each skips without a GPU.
+// destructor waiting for work in progress; a queue polled by its caller; a stream destroyed with
+// work running whose handle the next stream gets, never finishing the old stream's request early;
+// the special handles caught up in order; and a sticky error, in a child process of its own
+// (completion_error_scenario.cc). Each skips without a GPU.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -366,6 +369,87 @@ TEST_F(CompletionQueueOnGpu, ACallerPolledQueueRunsCallbacksOnlyInsidePoll) {
   }
   EXPECT_EQ(queue.poll(), 0u);
   EXPECT_EQ(queue.poller_cpu_time().count(), 0) << "a kCaller queue has no thread of its own";
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
+// cudaStreamDestroy returns at once while the stream's work runs, and the next cudaStreamCreate
+// may get the same handle (49 rounds of 50 on the H200 host). Each round asks for A on a stream,
+// enqueues a 20 ms spin and a plain event after it, asks for B, destroys the stream, creates
+// streams until one has the same handle (16 tries at most), and asks for C on it. A is done at
+// once, and so is C, on its idle stream; B's callback must find the plain event complete: B's own
+// work done. Keyed by handle alone, the poller took C's completion for B's (the first poll finished
+// B with the spin running). Polled by the test, so that A, B and C are all filed before a query.
+TEST_F(CompletionQueueOnGpu, AStreamDestroyedWithWorkRunningIsNotFinishedByTheNextStreamToGetItsHandle) {
+  constexpr int kRounds = 20, kTries = 16;
+  CompletionQueue queue{CUDACompletionBackend(*pool_), CompletionQueueOptions{CompletionPolling::kCaller}};
+  int reused = 0, early = 0, failed = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    cudaStream_t first = nullptr;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking));
+    cudaEvent_t after_spin = nullptr;
+    ASSERT_CUDA(cudaEventCreateWithFlags(&after_spin, cudaEventDisableTiming));
+    Completion a = queue.notify(first);
+    ASSERT_CUDA(kernels_->spin(first, 20ms));
+    ASSERT_CUDA(cudaEventRecord(after_spin, first));
+    bool b_early = false;
+    Completion b = queue.notify(first, [&](cudaError_t status) {
+      if (status != cudaSuccess) ++failed;
+      b_early = cudaEventQuery(after_spin) != cudaSuccess;
+    });
+    ASSERT_CUDA(cudaStreamDestroy(first));
+    std::vector<cudaStream_t> created;
+    bool same_handle = false;
+    for (int i = 0; i < kTries && !same_handle; ++i) {
+      cudaStream_t stream = nullptr;
+      ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      created.push_back(stream);
+      same_handle = stream == first;
+    }
+    Completion c;
+    if (same_handle) {
+      ++reused;
+      c = queue.notify(created.back());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!(a.ready() && b.ready() && (!c.valid() || c.ready())) && std::chrono::steady_clock::now() < deadline)
+      queue.poll();
+    ASSERT_TRUE(b.ready()) << "round " << round << ": B is not done after 10 s";
+    if (b_early) ++early;
+    EXPECT_EQ(a.status(), cudaSuccess);
+    if (c.valid()) EXPECT_EQ(c.status(), cudaSuccess);
+    for (cudaStream_t stream : created) EXPECT_CUDA(cudaStreamDestroy(stream));
+    EXPECT_CUDA(cudaEventDestroy(after_spin));
+  }
+  RecordProperty("rounds", kRounds);
+  RecordProperty("rounds_with_the_handle_reused", reused);
+  std::printf("the new stream got the destroyed one's handle in %d of %d rounds\n", reused, kRounds);
+  EXPECT_EQ(early, 0) << "B's callback ran before its spin ended, in " << early << " of the " << reused
+                      << " rounds that reused the handle";
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
+// The special handles name one stream per device (the legacy stream) or per thread and device
+// (the per-thread stream): the queue reads their ids too, so a thread's requests on each keep
+// their order and are caught up: with the work done, one pass finishes eight requests with two
+// queries, the oldest and the newest. (Eight queries would mean the id was not read.)
+TEST_F(CompletionQueueOnGpu, RequestsOnTheSpecialHandlesKeepTheirOrderAndAreCaughtUp) {
+  constexpr int kRequests = 8;
+  CompletionQueue queue{CUDACompletionBackend(*pool_), CompletionQueueOptions{CompletionPolling::kCaller}};
+  for (cudaStream_t stream : {cudaStream_t{nullptr}, cudaStreamLegacy, cudaStreamPerThread}) {
+    const std::string name = stream == nullptr            ? "0"
+                             : stream == cudaStreamLegacy ? "cudaStreamLegacy"
+                                                          : "cudaStreamPerThread";
+    std::vector<int> order;
+    ASSERT_CUDA(kernels_->spin(stream, 2ms));
+    for (int i = 0; i < kRequests; ++i)
+      queue.notify(stream, [&order, i](cudaError_t status) { order.push_back(status == cudaSuccess ? i : -1); });
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::uint64_t queries = queue.stats().queries;
+    EXPECT_EQ(queue.poll(), static_cast<std::size_t>(kRequests)) << name;
+    EXPECT_EQ(queue.stats().queries - queries, 2u) << name << ": not caught up";
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7})) << name;
+  }
   EXPECT_EQ(pool_->stats().total().outstanding, 0);
 }
 

@@ -18,7 +18,11 @@
 // Polling. One thread at a time polls (`polling`, a try-lock that requesters never touch): it
 // takes every channel's requests, files them in FIFOs per thread and stream, and queries only
 // the oldest unfinished request of each, and once that has completed, the newest, which may
-// finish them all (stream_fifos.h). The poller is a thread the queue owns
+// finish them all (stream_fifos.h). A stream handle names a stream only until it is destroyed, and
+// CUDA gives the next stream the same handle at once, so a FIFO is keyed by the stream's lifetime
+// id too, read by the backend when it records the request (completion_backend.h): a request is
+// never reported done, nor its event given back, before its own work has completed, whatever
+// handles the caller destroys and reuses. The poller is a thread the queue owns
 // (CompletionPolling::kOwnThread), which waits adaptively between passes and sleeps when no
 // request is in progress (poller_wait.h); or the caller's own event loop, calling poll()
 // (CompletionPolling::kCaller). Callbacks run on the polling thread, one at a time, outside any
@@ -29,6 +33,15 @@
 // allocation failure, its channel's `unplaced` list), then finished. Only the poller moves it
 // between them, and it finishes a request when it takes it out of its FIFO, before anything else
 // can see it there. So each callback runs once, and each event goes back to its pool once.
+//
+// Misuse that would crash or hang is refused with an exception, before anything changes:
+// - notify() with a callback that converts to false (a null function pointer, an empty
+//   std::function): std::invalid_argument, before an event is taken. Taken, a null pointer
+//   crashed the poller when it called it, and an empty std::function only threw
+//   std::bad_function_call into the handle.
+// - Completion::wait() for an unfinished request, inside a pass of the request's own queue (from
+//   one of its callbacks): std::logic_error; only that pass could finish the request
+//   (detail/polling_thread.h). Each pass marks its thread as polling the queue for that purpose.
 //
 // What happens at the edges:
 // - A callback that throws: the exception is caught and kept in the request's handle
@@ -73,6 +86,7 @@
 #include "evpool/detail/completion_request.h"
 #include "evpool/detail/fork_guard.h"
 #include "evpool/detail/poller_wait.h"
+#include "evpool/detail/polling_thread.h"
 #include "evpool/detail/request_channel.h"
 #include "evpool/detail/stream_fifos.h"
 #include "evpool/detail/thread_cpu_time.h"
@@ -161,12 +175,19 @@ class BasicCompletionQueue {
   /// or an error (a sticky device error included), also one that kept the request from being
   /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
   /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
-  /// request, of its channel). Throws, keeping `callback` untouched:
+  /// request, of its channel). Throws, keeping `callback` untouched and taking no event:
+  /// - std::invalid_argument if `callback` converts to false (a null function pointer, an empty
+  ///   std::function or std::move_only_function: there is nothing to call);
   /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
   /// - std::bad_alloc.
   template <class F>
   requires std::invocable < std::decay_t<F>
   &, const status_type & > completion notify(stream_type stream, F &&callback) {
+    if (is_empty(callback)) [[unlikely]]
+      throw std::invalid_argument(
+          "evpool::CompletionQueue::notify: the callback is empty (it converts to false: a null function pointer, "
+          "or an empty std::function or std::move_only_function), so there is nothing to call; ask without a "
+          "callback, notify(stream), to hear only through the handle");
     backend_.check_stream(stream);
     return submit(new detail::CallbackRequest<Backend, std::decay_t<F>>(stream, std::forward<F>(callback)));
   }
@@ -237,10 +258,18 @@ class BasicCompletionQueue {
     return options;
   }
 
+  // Whether `callback` holds nothing to call. A function, named by reference, always has one.
+  template <class G>
+  static bool is_empty(const G &callback) noexcept {
+    if constexpr (!std::is_function_v<G> && std::is_constructible_v<bool, const G &>)
+      return !static_cast<bool>(callback);
+    else
+      return false;
+  }
+
   completion submit(request_type *request) noexcept {
-    int device = -1;
-    request->status = backend_.record(request->stream(), request->event(), device);
-    request->set_device(device);
+    request->queue = id_;
+    request->status = backend_.record(request->stream(), request->event(), request->recorded_on);
     request->failed_to_record = request->status != Backend::kSuccess;
     this_threads_channel().push(request);
     doorbell_.value.ring();
@@ -279,6 +308,7 @@ class BasicCompletionQueue {
 
   // The polling pass; the caller holds `polling_`.
   Pass poll_once() noexcept {
+    const detail::PollingHere polling_here(id_);  // for Completion::wait() in a callback
     Pass pass;
     passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     take(*shared_channel_, pass);
@@ -327,7 +357,7 @@ class BasicCompletionQueue {
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
-        fifos_.append(channel, *pending, /*in_stream_order=*/&channel != shared_channel_);
+        fifos_.append(channel, *pending, /*in_channel_order=*/&channel != shared_channel_);
         pass.took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       } catch (const std::bad_alloc &) {

@@ -9,6 +9,10 @@
 //
 // "Done" means more than "the GPU finished": the callback has returned (or thrown) and the event
 // is back in its pool. A thread that sees ready() can rely on what the callback wrote.
+//
+// wait() refuses, with std::logic_error, to wait for an unfinished request on a thread that is
+// inside a polling pass of the request's own queue (one of its callbacks, or a poll() nested in
+// one): only that pass could finish it, and it would wait for itself (detail/polling_thread.h).
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"
@@ -19,6 +23,7 @@
 #include <utility>
 
 #include "evpool/detail/completion_request.h"
+#include "evpool/detail/polling_thread.h"
 
 namespace evpool {
 
@@ -50,9 +55,16 @@ class BasicCompletion {
 
   /// Blocks until ready(), then returns status(). Spins briefly, then sleeps in the kernel. With a
   /// queue polled by its caller (CompletionPolling::kCaller), someone must call poll() meanwhile.
-  /// Thread-safe. Throws std::logic_error for an empty handle.
+  /// Thread-safe. Throws std::logic_error for an empty handle, and for a request not ready yet
+  /// when the calling thread is polling the request's queue (in one of its callbacks): it would
+  /// wait for itself. A request of another queue may be waited for anywhere.
   status_type wait() const {
     require_request("wait");
+    if (!request_->done() && detail::polling_here(request_->queue)) [[unlikely]]
+      throw std::logic_error(
+          "evpool::Completion::wait: called inside a polling pass of the request's own queue (from one of its "
+          "callbacks, or a poll() under one), before the request is done: only that pass can finish it, so the "
+          "wait would never end; ask for a callback instead, or wait on another thread");
     request_->wait();
     return request_->status;
   }

@@ -7,7 +7,10 @@
 // unless told otherwise: events without timing, the cheapest to record and query) on the
 // request's stream, on the stream's device, and queries it with cuEventQuery (through the
 // runtime's entry-point lookup: no link to libcuda). A query takes driver locks, which is why
-// a single poller queries, and only the oldest request of each stream.
+// a single poller queries, and only the oldest request of each stream. Each record also reads the
+// stream's id (cuStreamGetId, one driver call of about a cuStreamGetDevice's cost; the runtime's
+// cudaStreamGetId for the special handles), which names the stream for the process's life where
+// its handle does not (completion_backend.h).
 //
 // Why not cudaLaunchHostFunc: its callback runs on a driver thread, may make no CUDA call, and
 // holds up the stream while it runs; each costs a host-function node in the stream (docs/
@@ -44,9 +47,10 @@ class EVPOOL_API CUDACompletionBackend {
   /// are left to record(), which reports them to the request.
   void check_stream(cudaStream_t stream) const;
 
-  /// The stream's device, an event from the pool on it, recorded on `stream`. Returns the CUDA
-  /// error that stopped it, if one did (a sticky error, an invalid stream). Never throws.
-  cudaError_t record(cudaStream_t stream, CUDAEvent &event, int &device) noexcept;
+  /// The stream's device and id into `on`, an event from the pool on that device, recorded on
+  /// `stream`. Returns the CUDA error that stopped it, if one did (a sticky error, an invalid
+  /// stream). Never throws.
+  cudaError_t record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on) noexcept;
 
   /// cudaSuccess or the work's error once it completed; nothing while it runs. Never throws.
   std::optional<cudaError_t> query(const CUDAEvent &event) noexcept;

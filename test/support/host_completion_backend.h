@@ -1,10 +1,21 @@
 // evpool tests: a completion backend over host tokens, whose work completes when the test says.
 //
-// A HostWorkStream stands for a CUDA stream: each record() enqueues one piece of work on it,
-// numbered 1, 2, 3, ... in the order of the records; the test completes the work through any
-// number (complete_through), in order, as a GPU would, and may make the work from some number on
-// end with an error (fail_from), as a sticky error ends all later work. A query answers from the
-// token's stream and number.
+// A HostWorkStream stands for a CUDA stream handle, and a HostWork for the stream it names: each
+// record() enqueues one piece of work on it, numbered 1, 2, 3, ... in the order of the records;
+// the test completes the work through any number (complete_through), in order, as a GPU would,
+// and may make the work from some number on end with an error (fail_from), as a sticky error ends
+// all later work. A query answers from the token's work and number.
+//
+// A handle can be destroyed with its work still running and handed to the next stream created
+// (recreate()), as CUDA does at once: from then on it names new work, with a new id (what
+// record() reports as RecordedOn::stream_id), while the old work goes on until the test
+// completes it through the HostWork that recreate() returned.
+//
+// The seam checks the queue's first promise: no request is finished before its own work is done.
+// The queue runs a request's callback, then gives its event back, then marks it done, so an event
+// given back while its work (through its number) is still running belongs to a request finished
+// early. give_back() counts those (early_finishes(), first_early_finish()), and every completion
+// test's fixture checks the count at its end (host_completion_fixture.h).
 //
 // Everything the backend keeps per token is a relaxed atomic indexed by the token's serial: the
 // seam adds no ordering of its own between a requester's record() and the poller's query(), so
@@ -20,17 +31,23 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "evpool/basic_event_pool.h"
+#include "evpool/completion_backend.h"
 #include "evpool/host_backend.h"
 
 namespace evpool::test {
 
-class HostWorkStream {
+/// The work of one stream's life, numbered in the order it was enqueued.
+class HostWork {
  public:
-  explicit HostWorkStream(int device = 0) noexcept : device_(device) {}
+  HostWork() = default;
+  HostWork(const HostWork &) = delete;
+  HostWork &operator=(const HostWork &) = delete;
 
-  int device() const noexcept { return device_; }
+  /// Unique in the process, never reused (CUDA's cudaStreamGetId).
+  std::uint64_t id() const noexcept { return id_; }
 
   /// The work through number `last` is done (never undone: a lower number changes nothing).
   void complete_through(std::uint64_t last) noexcept {
@@ -38,16 +55,13 @@ class HostWorkStream {
     while (seen < last && !completed_.compare_exchange_weak(seen, last, std::memory_order_relaxed)) {
     }
   }
-  /// Everything recorded so far is done.
+  /// Everything enqueued so far is done.
   void complete_all() noexcept { complete_through(enqueued()); }
   /// Work numbered `first` and later ends with `status` (a sticky error).
   void fail_from(std::uint64_t first, int status) noexcept {
     error_status_.store(status, std::memory_order_relaxed);
     error_from_.store(first, std::memory_order_relaxed);
   }
-  /// record() on this stream fails with `status` (0: stops failing).
-  void fail_records(int status) noexcept { record_error_.store(status, std::memory_order_relaxed); }
-  void set_capturing(bool capturing) noexcept { capturing_.store(capturing, std::memory_order_relaxed); }
 
   std::uint64_t enqueued() const noexcept { return enqueued_.load(std::memory_order_relaxed); }
   std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_relaxed); }
@@ -55,13 +69,66 @@ class HostWorkStream {
  private:
   friend class HostCompletionBackend;
 
-  const int device_;
+  static inline std::atomic<std::uint64_t> next_id{1};
+
+  // Relaxed: the id only has to be unique.
+  const std::uint64_t id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   std::atomic<std::uint64_t> enqueued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> error_from_{UINT64_MAX};
   std::atomic<int> error_status_{0};
+};
+
+/// A stream handle: names one HostWork at a time. The work calls act on the one it names now.
+class HostWorkStream {
+ public:
+  explicit HostWorkStream(int device = 0) : device_(device) {
+    lifetimes_.push_back(std::make_unique<HostWork>());
+    // Relaxed: whatever hands the handle to other threads publishes its construction.
+    current_.store(lifetimes_.back().get(), std::memory_order_relaxed);
+  }
+  HostWorkStream(const HostWorkStream &) = delete;
+  HostWorkStream &operator=(const HostWorkStream &) = delete;
+
+  int device() const noexcept { return device_; }
+
+  /// The work of the stream the handle names now.
+  HostWork &work() const noexcept {
+    // Acquire: pairs with recreate()'s release, so the new work is seen constructed.
+    return *current_.load(std::memory_order_acquire);
+  }
+  void complete_through(std::uint64_t last) noexcept { work().complete_through(last); }
+  void complete_all() noexcept { work().complete_all(); }
+  void fail_from(std::uint64_t first, int status) noexcept { work().fail_from(first, status); }
+  std::uint64_t enqueued() const noexcept { return work().enqueued(); }
+  std::uint64_t completed() const noexcept { return work().completed(); }
+
+  /// The stream is destroyed with its work still running, and a new stream gets its handle:
+  /// returns the old stream's work, which goes on until the test completes it. Called by one
+  /// thread at a time; the old work lives as long as the handle.
+  HostWork &recreate() {
+    HostWork &old = work();
+    lifetimes_.push_back(std::make_unique<HostWork>());
+    // Release: publishes the new work's construction to the threads that record on the handle.
+    current_.store(lifetimes_.back().get(), std::memory_order_release);
+    return old;
+  }
+
+  /// record() on this stream fails with `status` (0: stops failing).
+  void fail_records(int status) noexcept { record_error_.store(status, std::memory_order_relaxed); }
+  void set_capturing(bool capturing) noexcept { capturing_.store(capturing, std::memory_order_relaxed); }
+  /// record() reports no stream id for this handle, as where cudaStreamGetId fails.
+  void hide_stream_id(bool hidden) noexcept { id_hidden_.store(hidden, std::memory_order_relaxed); }
+
+ private:
+  friend class HostCompletionBackend;
+
+  const int device_;
+  std::vector<std::unique_ptr<HostWork>> lifetimes_;  // every stream the handle named: records point at them
+  std::atomic<HostWork *> current_{nullptr};
   std::atomic<int> record_error_{0};
   std::atomic<bool> capturing_{false};
+  std::atomic<bool> id_hidden_{false};
 };
 
 class HostCompletionBackend {
@@ -82,21 +149,27 @@ class HostCompletionBackend {
       throw std::invalid_argument("host stream is capturing");
   }
 
-  int record(HostWorkStream *stream, event_type &event, int &device) noexcept {
-    device = stream->device();
+  int record(HostWorkStream *stream, event_type &event, RecordedOn &on) noexcept {
+    HostWork &work = stream->work();  // read once: the record and the id name the same stream
+    on.device = stream->device();
+    if (!stream->id_hidden_.load(std::memory_order_relaxed)) on.stream_id = work.id();
     try {
-      event = pool_->Get(device);
+      event = pool_->Get(on.device);
     } catch (...) {
       return kCreateFailed;
     }
-    if (const int error = stream->record_error_.load(std::memory_order_relaxed); error != 0) return error;
     const std::uint64_t serial = HostBackend::serial_of(event.get());
     if (serial >= kTrackedSerials) std::abort();  // a test that makes a million events needs a bigger table
     // Relaxed, all (see the top). The number is taken after the stream is chosen: records on one
-    // stream from several threads are numbered in the order they happen.
+    // stream from several threads are numbered in the order they happen. A failed record has no
+    // number (0): no work to wait for.
     State::Record &slot = state_->records[serial];
-    slot.stream.store(stream, std::memory_order_relaxed);
-    slot.number.store(stream->enqueued_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    slot.work.store(&work, std::memory_order_relaxed);
+    if (const int error = stream->record_error_.load(std::memory_order_relaxed); error != 0) {
+      slot.number.store(0, std::memory_order_relaxed);
+      return error;
+    }
+    slot.number.store(work.enqueued_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return kSuccess;
   }
 
@@ -106,16 +179,18 @@ class HostCompletionBackend {
     State::Record &slot = state_->records[serial];
     slot.queries.fetch_add(1, std::memory_order_relaxed);
     state_->queries.fetch_add(1, std::memory_order_relaxed);
-    HostWorkStream *stream = slot.stream.load(std::memory_order_relaxed);
+    const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
-    if (stream->completed_.load(std::memory_order_relaxed) < number) return std::nullopt;
-    return number >= stream->error_from_.load(std::memory_order_relaxed)
-               ? stream->error_status_.load(std::memory_order_relaxed)
+    if (work.completed_.load(std::memory_order_relaxed) < number) return std::nullopt;
+    return number >= work.error_from_.load(std::memory_order_relaxed)
+               ? work.error_status_.load(std::memory_order_relaxed)
                : kSuccess;
   }
 
   void give_back(event_type &&event, int device) noexcept {
     if (!event) return;
+    if (state_->give_back_hook) state_->give_back_hook();
+    check_work_done(HostBackend::serial_of(event.get()));
     state_->given_back.fetch_add(1, std::memory_order_relaxed);
     try {
       pool_->Put(std::move(event), device);
@@ -127,6 +202,20 @@ class HostCompletionBackend {
   /// Runs `hook` on the polling thread at the start of every query, from now on. Set it before
   /// any request is made.
   void on_query(std::function<void()> hook) { state_->query_hook = std::move(hook); }
+  /// Runs `hook` on the polling thread at the start of every give_back of an event, from now on.
+  /// Set it before any request is made.
+  void on_give_back(std::function<void()> hook) { state_->give_back_hook = std::move(hook); }
+
+  /// Events given back while their work was still running: requests finished early (see the top).
+  std::uint64_t early_finishes() const noexcept { return state_->early.load(std::memory_order_relaxed); }
+  /// The first of them, described; empty if there was none. Read once the queue is gone.
+  std::string first_early_finish() const {
+    if (early_finishes() == 0) return {};
+    return "the request recorded as number " + std::to_string(state_->early_number) + " on stream id " +
+           std::to_string(state_->early_work) +
+           " was finished (its event given back) when that stream's work was done through " +
+           std::to_string(state_->early_completed) + " only";
+  }
 
   /// Queries of the token with this serial, so far.
   std::uint64_t queries_of(std::uint64_t serial) const noexcept {
@@ -140,7 +229,7 @@ class HostCompletionBackend {
  private:
   struct State {
     struct Record {
-      std::atomic<HostWorkStream *> stream{nullptr};
+      std::atomic<HostWork *> work{nullptr};
       std::atomic<std::uint64_t> number{0};
       std::atomic<std::uint64_t> queries{0};
     };
@@ -148,7 +237,29 @@ class HostCompletionBackend {
     std::atomic<std::uint64_t> queries{0};
     std::atomic<std::uint64_t> given_back{0};
     std::function<void()> query_hook;
+    std::function<void()> give_back_hook;
+    std::atomic<std::uint64_t> early{0};
+    // The first early finish: written by the give_back that counted it first, read once the
+    // queue is gone (its poller joined).
+    std::uint64_t early_number = 0, early_work = 0, early_completed = 0;
   };
+
+  // A record with a number whose work is not done through it: finished early (see the top). Work
+  // never comes undone, so a request whose work is not done here was not done either when its
+  // callback ran, just before. (Work that a concurrent completer finishes between the two hides
+  // an early callback from this check; where the test completes the work itself, nothing can.)
+  void check_work_done(std::uint64_t serial) noexcept {
+    const State::Record &slot = state_->records[serial];
+    const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
+    const HostWork &work = *slot.work.load(std::memory_order_relaxed);
+    const std::uint64_t completed = work.completed();
+    if (number == 0 || completed >= number) return;
+    // Relaxed: a count; the first one's details are read after the poller is joined.
+    if (state_->early.fetch_add(1, std::memory_order_relaxed) != 0) return;
+    state_->early_number = number;
+    state_->early_work = work.id();
+    state_->early_completed = completed;
+  }
 
   pool_type *pool_;
   std::shared_ptr<State> state_;

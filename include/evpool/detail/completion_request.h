@@ -23,6 +23,10 @@
 //
 // `next` links the request first into its thread's channel (request_channel.h), then, once the
 // poller has taken it from there, into its stream's FIFO; only the poller touches it then.
+//
+// `queue` names the queue that made the request (its id), so that a handle's wait() can tell when
+// its thread is inside a pass of that very queue, where the request cannot complete
+// (polling_thread.h).
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,7 @@
 #include <optional>
 #include <utility>
 
+#include "evpool/completion_backend.h"
 #include "evpool/detail/backoff.h"
 
 namespace evpool::detail {
@@ -90,10 +95,13 @@ class CompletionRequest {
   }
 
   stream_type stream() const noexcept { return stream_; }
-  int device() const noexcept { return device_; }
-  void set_device(int device) noexcept { device_ = device; }
+  int device() const noexcept { return recorded_on.device; }
   event_type &event() noexcept { return event_; }
 
+  /// Where the backend recorded the event. Written by the requester before the push.
+  RecordedOn recorded_on;
+  /// The id of the queue that made the request. Written by the requester before the handle exists.
+  std::uint64_t queue = 0;
   /// The CUDA status the work ended with. Written by the poller before finish(); read after done().
   status_type status{};
   /// Set when record() failed: the request completes with this status without a query.
@@ -110,7 +118,6 @@ class CompletionRequest {
   static constexpr int kSpinsBeforeSleep = 2048;
 
   const stream_type stream_;
-  int device_ = -1;
   event_type event_;
   mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> references_{2};  // the queue's and the handle's

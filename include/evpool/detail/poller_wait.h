@@ -26,6 +26,10 @@
 // queue one load per request; only a request that finds the poller asleep writes the line and
 // enters the kernel (FUTEX_WAKE), and only the first of those since the poller slept.
 //
+// The atomic type is a parameter, so that a test can run the two halves over atomics that model
+// store buffers (test/poller_wait_test.cc): there, a sleep announcement weaker than seq_cst lets
+// both sides miss each other, as the hardware would.
+//
 // Timed sleeps use the futex too, so a request also ends a backoff sleep. The poller thread sets
 // its timer slack to 1 us (PR_SET_TIMERSLACK): Linux's default of 50 us would stretch every short
 // sleep to 50 us.
@@ -44,17 +48,22 @@
 
 namespace evpool::detail {
 
-class PollerDoorbell {
+template <template <class> class Atomic = std::atomic>
+class BasicPollerDoorbell {
  public:
-  /// The requester's half: called after a push. Thread-safe, wait-free but for the wake.
-  void ring() noexcept {
+  /// The requester's half: called after a push. Returns whether it woke the poller. Thread-safe,
+  /// wait-free but for the wake.
+  bool ring() noexcept {
     // seq_cst: ordered after the push (request_channel.h), see the top.
-    if (sleeping_.load(std::memory_order_seq_cst) != 0) wake();
+    return sleeping_.load(std::memory_order_seq_cst) != 0 && wake();
   }
 
-  /// Wakes the poller whether or not a request came (the queue is stopping).
-  void wake() noexcept {
-    if (sleeping_.exchange(0, std::memory_order_seq_cst) != 0) futex(FUTEX_WAKE_PRIVATE, 1, nullptr);
+  /// Wakes the poller whether or not a request came (the queue is stopping). Returns whether the
+  /// poller had announced a sleep that no other wake() answered.
+  bool wake() noexcept {
+    if (sleeping_.exchange(0, std::memory_order_seq_cst) == 0) return false;
+    futex(FUTEX_WAKE_PRIVATE, 1, nullptr);
+    return true;
   }
 
   /// The poller's half, step 1: after this, it must look at every channel before sleep().
@@ -79,12 +88,14 @@ class PollerDoorbell {
 
  private:
   long futex(int operation, std::uint32_t value, const timespec *timeout) noexcept {
-    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "the futex is the word itself");
+    static_assert(sizeof(Atomic<std::uint32_t>) == sizeof(std::uint32_t), "the futex is the word itself");
     return syscall(SYS_futex, reinterpret_cast<std::uint32_t *>(&sleeping_), operation, value, timeout, nullptr, 0);
   }
 
-  std::atomic<std::uint32_t> sleeping_{0};
+  Atomic<std::uint32_t> sleeping_{0};
 };
+
+using PollerDoorbell = BasicPollerDoorbell<>;
 
 /// The poller's pacing between passes that make no progress (see the top).
 class AdaptiveWait {

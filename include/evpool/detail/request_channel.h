@@ -24,6 +24,9 @@
 // Whoever drops the last bit deletes the channel. After dropping kThread the thread never
 // pushes here again (its directory is torn down, or no longer lists the channel), so a channel
 // that the poller finds without kThread and empty stays empty.
+//
+// The head's atomic type is a parameter, so that a test can run the push over atomics that model
+// store buffers, against the doorbell (test/poller_wait_test.cc).
 #pragma once
 
 #include <atomic>
@@ -34,7 +37,7 @@
 
 namespace evpool::detail {
 
-template <class Request>
+template <class Request, template <class> class Atomic = std::atomic>
 class RequestChannel final : public ThreadCacheLink {
  public:
   static constexpr std::uint32_t kThread = 1;
@@ -104,7 +107,7 @@ class RequestChannel final : public ThreadCacheLink {
  private:
   ~RequestChannel() = default;
 
-  CacheLinePadded<std::atomic<Request *>> head_{nullptr};
+  CacheLinePadded<Atomic<Request *>> head_{nullptr};
   std::atomic<std::uint32_t> owners_;
 };
 

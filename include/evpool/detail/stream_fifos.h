@@ -5,7 +5,8 @@
 // ----------------
 // Work on one stream completes in the order it was enqueued, so of the requests a thread made on
 // one stream only the oldest unfinished one needs a query: while it is pending, every later one
-// is too. The poller keeps a FIFO per (channel, stream, device) and queries its head. A pass
+// is too. The poller keeps a FIFO per (channel, stream handle, device, stream id: see below) and
+// queries its head. A pass
 // costs one query per stream with work in progress, however many requests wait behind it (a
 // poller that queries every event, as pika's does, costs one per request).
 //
@@ -22,18 +23,31 @@
 // Why the channel is part of the key: a thread's requests on a stream are enqueued in the order
 // it made them, but two threads' requests on one stream reach the poller in the order it happens
 // to take their channels, which need not be the order in which their events were recorded. One
-// FIFO per thread and stream is ordered by construction, and only such a FIFO catches up. The same handle can also name different
-// streams: cudaStreamPerThread is each thread's own, and the legacy stream is each device's; the
-// channel and the device tell them apart. Requests that went through the queue's shared channel
-// (threads without a channel of their own) share FIFOs across threads: a FIFO's order may then
-// differ from the stream's, and a later request at the head only delays the earlier ones behind
-// it (when it completes, they have too); nothing is lost. Those FIFOs never catch up: their newest
-// request completing says nothing of the others.
+// FIFO per thread and stream is ordered by construction, and only such a FIFO catches up. The
+// same handle can also name different streams at once: cudaStreamPerThread is each thread's own,
+// and the legacy stream is each device's; the channel and the device tell them apart. Requests
+// that went through the queue's shared channel (threads without a channel of their own) share
+// FIFOs across threads: a FIFO's order may then differ from the stream's, and a later request at
+// the head only delays the earlier ones behind it (when it completes, they have too); nothing is
+// lost. Those FIFOs never catch up: their newest request completing says nothing of the others.
+//
+// Why the stream's lifetime id is part of the key: a handle also names different streams over
+// time. cudaStreamDestroy returns at once while the stream's work goes on, and the next
+// cudaStreamCreate may return the same handle (it did in 49 rounds of 50 on the H200 host). Keyed
+// by handle alone, a thread's requests A and B on the first stream and C on the second shared a
+// FIFO; A completed, C (the newest, on the new, idle stream) said done, and B was finished while
+// its work still ran. The key holds the id the backend read when it recorded the request
+// (RecordedOn::stream_id, CUDA's cudaStreamGetId), unique for the process's life, so a FIFO holds
+// the requests of one stream only. A request whose id could not be read goes to a FIFO of its
+// handle without an id, which never catches up: each of its requests completes on its own query
+// (one of a later stream behind one of an earlier stream waits for it: a delay, never an early
+// completion).
 //
 // Everything here belongs to the poller (one at a time), so nothing is atomic.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -50,14 +64,15 @@ class StreamFifos {
 
   /// Appends `request` (taken from `channel`) to its FIFO. Throws std::bad_alloc, leaving the
   /// request unplaced and the FIFOs as they were.
-  /// `in_stream_order`: the channel's requests on one stream were recorded in the order of the
+  /// `in_channel_order`: the channel's requests on one stream were recorded in the order of the
   /// channel (one thread's channel).
-  void append(Channel &channel, Request &request, bool in_stream_order) {
-    Fifo &fifo = fifos_[Key{&channel, request.stream(), request.device()}];
+  void append(Channel &channel, Request &request, bool in_channel_order) {
+    const std::optional<std::uint64_t> &id = request.recorded_on.stream_id;
+    Fifo &fifo = fifos_[Key{&channel, request.stream(), request.device(), id.has_value(), id.value_or(0)}];
     if (fifo.oldest == nullptr) {
       active_.reserve(active_.size() + 1);  // may throw: nothing changed yet
       fifo.channel = &channel;
-      fifo.in_stream_order = in_stream_order;
+      fifo.in_stream_order = in_channel_order && id.has_value();
       fifo.oldest = &request;
       active_.push_back(&fifo);
     } else {
@@ -128,12 +143,15 @@ class StreamFifos {
     const Channel *channel;
     stream_type stream;
     int device;
+    bool has_stream_id;
+    std::uint64_t stream_id;  // 0 without one
     bool operator==(const Key &) const = default;
   };
   struct KeyHash {
     std::size_t operator()(const Key &key) const noexcept {
-      const std::size_t h = std::hash<const void *>()(key.channel) * 31 + std::hash<stream_type>()(key.stream);
-      return h * 31 + static_cast<std::size_t>(key.device);
+      std::size_t h = std::hash<const void *>()(key.channel) * 31 + std::hash<stream_type>()(key.stream);
+      h = h * 31 + static_cast<std::size_t>(key.device);
+      return h * 31 + std::hash<std::uint64_t>()(key.stream_id) + key.has_stream_id;
     }
   };
   struct Fifo {
