@@ -160,6 +160,109 @@ TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
               static_cast<unsigned long long>(figures.gets), static_cast<unsigned long long>(figures.created));
 }
 
+// The pattern that used to make the pool create without end: lease, enqueue long work, hand
+// back busy, again, on 1 and on 16 threads; every 32nd unit waits for its work, as a scheduler
+// bounds what it has in flight. The streams created must level off within the first second: the
+// count at 2 s is the count at 1 s, and below what the work in flight and the caches can hold.
+TEST(StreamPoolOnGpu, StreamsHandedBackBusyLevelOffWithinASecond) {
+  EVPOOL_REQUIRE_GPU();
+  for (const int thread_count : {1, 16}) {
+    CUDAStreamPool pool;
+    const std::size_t bytes = thread_count == 1 ? std::size_t{256} << 20 : std::size_t{64} << 20;
+    std::atomic<bool> stop{false};
+    std::atomic<int> busy{0}, errors{0};
+    std::atomic<long> units{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < thread_count; ++t) {
+      threads.emplace_back([&] {
+        if (cudaSetDevice(0) != cudaSuccess) ++errors;
+        DeviceBuffer memory(bytes);
+        for (long unit = 1; !stop.load(std::memory_order_relaxed); ++unit) {
+          CUDAStreamLease stream = pool.Get(0);
+          if (cudaStreamQuery(stream) != cudaSuccess) ++busy;
+          if (cudaMemsetAsync(memory.data, static_cast<int>(unit & 0xff), bytes, stream) != cudaSuccess) ++errors;
+          if (unit % 32 == 0 && cudaStreamSynchronize(stream) != cudaSuccess) ++errors;
+          units.fetch_add(1, std::memory_order_relaxed);
+        }  // each lease ends with its memset queued, but one in 32
+        if (cudaDeviceSynchronize() != cudaSuccess) ++errors;
+      });
+    }
+    std::vector<std::uint64_t> created;
+    for (int quarter = 1; quarter <= 8; ++quarter) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      created.push_back(pool.stats().total().created);
+    }
+    stop.store(true);
+    for (std::thread &thread : threads) thread.join();
+    std::printf("[ streams  ] %d threads, %ld leases of %zu MiB memsets: created at 0.25 s steps:", thread_count,
+                units.load(), bytes >> 20);
+    for (const std::uint64_t count : created) std::printf(" %llu", static_cast<unsigned long long>(count));
+    std::printf("\n");
+    EXPECT_EQ(busy.load(), 0) << "a lease began on a stream with work pending";
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_EQ(created[7], created[3]) << thread_count << " threads: streams still created after the first second";
+    // Work in flight: at most 32 units a thread; each thread's cache holds up to 2 x 32 more.
+    EXPECT_LE(created[7], static_cast<std::uint64_t>(thread_count) * (33 + 64) + 16);
+  }
+}
+
+// CUDA hands a destroyed stream's handle to the next stream at once. A stream the pool destroys
+// while its work runs (Trim), or one a caller takes out (release()) and destroys, leaves no mark
+// behind that a new stream with the same handle would read: the new one is idle when created,
+// and is handed out; a busy one never is.
+TEST(StreamPoolOnGpu, MarksOfDestroyedStreamsAreNeverReadForTheirHandlesNextStream) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool;
+  DeviceBuffer memory(std::size_t{256} << 20);
+  int reused = 0;
+  for (int round = 0; round < 50; ++round) {
+    cudaStream_t destroyed;
+    {
+      CUDAStreamLease stream = pool.Get(0);
+      destroyed = stream.get();
+      for (int i = 0; i < 8; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, stream), cudaSuccess);
+      if (round % 2 == 0) {
+        stream.reset();  // back busy
+        pool.Trim(0);    // destroyed with its memsets running
+      } else {
+        stream.release().reset();  // the caller destroys it, busy
+      }
+    }
+    CUDAStreamLease next = pool.Get(0);
+    if (next.get() == destroyed) ++reused;
+    EXPECT_EQ(cudaStreamQuery(next), cudaSuccess) << "round " << round;
+    // The new stream's own hand-back marks are read right: busy, then idle.
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, next), cudaSuccess);
+    const cudaStream_t busy = next.get();
+    next.reset();
+    CUDAStreamLease other = pool.Get(0);
+    EXPECT_NE(other.get(), busy) << "round " << round << ": a busy stream was handed out";
+    EXPECT_EQ(cudaStreamQuery(other), cudaSuccess);
+    other.reset();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    pool.Purge();
+  }
+  std::printf("[ streams  ] %d of 50 rounds gave the destroyed stream's handle to the next stream\n", reused);
+}
+
+// A cap: Get at the cap waits for a busy stream of the pool's, and the pool never keeps more.
+TEST(StreamPoolOnGpu, AtTheCapGetWaitsForABusyStream) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool(cudaStreamNonBlocking, 0, kUnlimitedIdle, Checks::kDefault, StreamReuse::kWhenIdle, 4);
+  EXPECT_EQ(pool.max_per_device(), 4u);
+  DeviceBuffer memory(std::size_t{64} << 20);
+  for (int unit = 0; unit < 400; ++unit) {
+    CUDAStreamLease stream = pool.Get(0);
+    ASSERT_EQ(cudaStreamQuery(stream), cudaSuccess) << "unit " << unit;
+    ASSERT_EQ(cudaMemsetAsync(memory.data, unit & 0xff, memory.bytes, stream), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LE(pool.stats().total().created, 4u);
+  std::vector<CUDAStreamLease> all;
+  while (all.size() < 4) all.push_back(pool.Get(0));
+  EXPECT_THROW((void)pool.Get(0), PoolCapReached);
+}
+
 // Leases handed to other threads, which use and end them after the pool is gone.
 TEST(StreamPoolOnGpu, LeasesChangeThreadsAndOutliveThePool) {
   EVPOOL_REQUIRE_GPU();

@@ -8,12 +8,15 @@
 // - a stream is leased exclusively: no other caller gets it until its lease ends, so one
 //   caller's work never queues behind another's (a round-robin pool, PyTorch's or RMM's, hands
 //   the same stream to many callers at once);
-// - Get never hands out a stream whose work is still pending: it asks the thread's most recently
-//   returned stream, then the oldest of its loaded magazine, and creates a new stream if both are
-//   busy and the depot has no idle one (detail/event_pool_core.h, take_older_or_bypass). So a
-//   stream from Get has no pending work when Get returns. Asking is a driver query, serialised in
-//   the driver (cuda_stream_backend.h): a pool built with StreamReuse::kAtOnce asks nothing, for
-//   callers that hand their streams back synchronised.
+// - Get never hands out a stream whose work is still pending. Each hand-back enqueues a write of a
+//   sequence number behind the holder's work (the stream's mark), and Get reads the mark from host
+//   memory: no driver call on the Get, one enqueue on the hand-back (cuda_stream_backend.h). A
+//   Get takes the first idle stream of the thread's cache, then of the depot, where the busy
+//   streams it meets are set aside and swept when nothing else is idle, and creates only when
+//   every stream it can reach is busy (detail/event_pool_core.h, take_older_or_bypass;
+//   detail/device_depots.h, take_idle). A pool built with StreamReuse::kAtOnce marks and reads
+//   nothing, for callers that hand their streams back synchronised.
+// - a cap per device bounds the streams the pool keeps (pool_cap.h).
 // - pools are keyed by flags and priority (instance_for), as event pools by flags.
 // Deliberate differences from DALI: a lease may outlive its pool (DALI asserts it does not);
 // Put with device -1 files a CUDAStream under the device it was created on, and asks CUDA
@@ -103,14 +106,16 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
  public:
   /// An empty pool for every visible device, creating streams with `stream_flags`
   /// (cudaStreamNonBlocking, as DALI's, or cudaStreamDefault) and `priority`, keeping at most
-  /// `max_idle_per_device` idle streams per device, and handing a stream out again as `reuse`
-  /// says. Throws CUDAError where CUDA has no driver or no device, and std::invalid_argument for
-  /// other flags, a priority outside the device's range, a limit of 0, or a value of
+  /// `max_idle_per_device` idle streams per device, handing a stream out again as `reuse` says, and
+  /// keeping at most `max_per_device` streams of a device at once, idle, busy or leased (pool_cap.h).
+  /// Throws CUDAError where CUDA has no driver or no device, and std::invalid_argument for
+  /// other flags, a priority outside the device's range, a limit or cap of 0, or a value of
   /// EVPOOL_CHECKED other than 0 or 1.
   explicit CUDAStreamPool(unsigned stream_flags = cudaStreamNonBlocking, int priority = 0,
                           std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault,
-                          StreamReuse reuse = StreamReuse::kWhenIdle)
-      : Base(CUDAStreamBackend(reuse), StreamOptions{stream_flags, priority}, max_idle_per_device, checks),
+                          StreamReuse reuse = StreamReuse::kWhenIdle, std::size_t max_per_device = kUncapped)
+      : Base(CUDAStreamBackend(reuse), StreamOptions{stream_flags, priority}, max_idle_per_device, checks,
+             max_per_device),
         reuse_(reuse) {}
 
   /// An exclusive lease of an idle stream of `device_id` (-1: the calling thread's current
@@ -118,15 +123,18 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   /// stream when Get returns (see the header's comment); with kAtOnce, whatever its last holder
   /// left queued may still be. The caller may assume nothing else about it (its last holder may
   /// have left it in any state CUDA allows, for example with an attribute changed).
-  /// Thread-safe. Lock-free when an idle stream exists, apart from its query (or two: the driver
-  /// serialises them);
-  /// a miss calls cudaStreamCreateWithPriority. Throws std::out_of_range for a device outside
-  /// [0, device_count()), and CUDAError; then the pool is unchanged.
+  /// Thread-safe. Lock-free when an idle stream exists, and asks no driver for it; a miss calls
+  /// cudaStreamCreateWithPriority. At the cap it waits for a busy stream of the pool's to complete
+  /// (blocking; the GPU ends the wait). Throws std::out_of_range for a device outside
+  /// [0, device_count()), PoolCapReached at the cap with every stream of the device out, and
+  /// CUDAError; then the pool is unchanged.
   CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
 
   /// Returns `stream` to the pool, filed under `device_id`; with -1, under the device the stream
   /// was created on, or, for an adopted handle, the device cudaStreamGetDevice names. Work may
-  /// still be pending on it: Get will not hand it out until that work is done.
+  /// still be pending on it: Get will not hand it out until that work is done. Enqueues the
+  /// stream's mark (one stream memory write; with kWhenIdle). A stream must not be handed back
+  /// while it is being captured.
   /// Throws, before taking ownership (the caller still owns `stream`), std::invalid_argument for an
   /// empty stream or a `device_id` that contradicts the stream's device, and what
   /// BasicEventPool::Put throws.
@@ -136,6 +144,7 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   using Base::device_count;
   using Base::FlushThreadCache;
   using Base::max_idle_per_device;
+  using Base::max_per_device;
   using Base::node_count;
   using Base::Purge;
   using Base::report_outstanding_at_exit;

@@ -472,17 +472,19 @@ class DeviceDepots {
       depot.give_reserved(index, arena_);
   }
 
-  // Asks every handle set aside on the device, as they are now (one snapshot: handles set aside
-  // meanwhile wait for the next sweep): the first idle one goes to `out`, the other idle ones to
-  // the depot, the busy ones stay set aside. False if none was idle.
+  // Asks the handles set aside on the device, a magazine at a time, until one is idle: it goes to
+  // `out`, the other idle ones of its magazine to the depot, and the busy ones asked go back set
+  // aside. A magazine at a time, not all at once: a concurrent Get then finds the magazines this
+  // one has not asked yet, rather than none (and would create). False if every one was busy.
   template <class Busy>
   bool sweep_set_aside(int device, handle_type &out, Busy &busy) noexcept {
-    if (set_aside_[device].empty()) return false;
     bool found = false;
+    std::uint32_t asked = kNilIndex;  // magazines of busy handles asked here, linked through `next`
     Batch now_idle(*this, device, &DeviceDepots::return_filled);
-    for (std::uint32_t index = set_aside_[device].take_all(arena_); index != kNilIndex;) {
+    while (!found) {
+      const std::uint32_t index = set_aside_[device].take(arena_);
+      if (index == kNilIndex) break;
       Magazine &magazine = arena_[index];
-      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);  // ours since take_all
       std::uint32_t still_busy = 0;
       for (std::uint32_t i = 0; i < magazine.count; ++i) {
         const handle_type handle = magazine.handles[i];
@@ -494,11 +496,18 @@ class DeviceDepots {
           now_idle.add(handle);
       }
       magazine.count = still_busy;
-      if (magazine.empty())
+      if (magazine.empty()) {
         depots_[device].give_empty(index, arena_);
-      else
-        set_aside_magazine(device, index);
-      index = next;
+      } else {
+        // Ours since take() (acquire): a relaxed store of the link.
+        magazine.next.store(asked, std::memory_order_relaxed);
+        asked = index;
+      }
+    }
+    while (asked != kNilIndex) {
+      const std::uint32_t next = arena_[asked].next.load(std::memory_order_relaxed);
+      set_aside_magazine(device, asked);
+      asked = next;
     }
     return found;
   }
