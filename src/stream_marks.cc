@@ -32,8 +32,12 @@ StreamMarks::~StreamMarks() {
 StreamMark *StreamMarks::new_mark() noexcept {
   if (free_marks_.empty()) {
     void *chunk = nullptr;
-    if (cudaHostAlloc(&chunk, kSlotBytes * kSlotsPerChunk, cudaHostAllocPortable | cudaHostAllocMapped) !=
-        cudaSuccess) {
+    // In relaxed capture mode: pinning memory while another thread captures in global mode would
+    // otherwise invalidate that capture (a pooled stream's Get or hand-back has no capture of its own).
+    const DriverEntryPoints &calls = driver();
+    if (with_relaxed_capture(calls, [&] {
+          return cudaHostAlloc(&chunk, kSlotBytes * kSlotsPerChunk, cudaHostAllocPortable | cudaHostAllocMapped);
+        }) != cudaSuccess) {
       (void)cudaGetLastError();  // answered by asking the driver for this stream
       return nullptr;
     }
