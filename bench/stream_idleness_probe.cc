@@ -11,6 +11,8 @@
 //                   stream was found idle (how far one asking thread keeps up)
 //   record-at-put   cudaEventRecord after the synchronisation (what a pool that records an event
 //                   per hand-back pays; nothing reads it)
+//   record-query    cudaEventRecord after the synchronisation, cuEventQuery of it before the next
+//                   use (a pool that records an event per hand-back and asks it on the Get)
 //   mark-at-put     cuStreamWriteValue32 of a sequence number into pinned host memory after the
 //                   synchronisation, read from host memory before the next use (evpool's marks)
 // One line per point: threads, way, units a second, median and 99th percentile of a unit's
@@ -46,6 +48,7 @@ void check(cudaError_t error, const char *what) {
 struct Driver {
   PFN_cuStreamQuery_v2000 query = nullptr;
   PFN_cuStreamWriteValue32_v11070 write_value = nullptr;
+  PFN_cuEventQuery_v2000 query_event = nullptr;
   Driver() {
     cudaDriverEntryPointQueryResult found{};
     void *address = nullptr;
@@ -54,12 +57,15 @@ struct Driver {
     check(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &address, 11070, cudaEnableDefault, &found),
           "entry");
     write_value = reinterpret_cast<PFN_cuStreamWriteValue32_v11070>(address);
+    check(cudaGetDriverEntryPointByVersion("cuEventQuery", &address, 2000, cudaEnableDefault, &found), "entry");
+    query_event = reinterpret_cast<PFN_cuEventQuery_v2000>(address);
   }
 };
 
-enum class Way { kNone, kQueryAtGet, kQueryAtPut, kQueryThread, kRecordAtPut, kMarkAtPut };
-constexpr const char *kNames[] = {"none", "query-at-get", "query-at-put", "query-thread", "record-at-put",
-                                  "mark-at-put"};
+enum class Way { kNone, kQueryAtGet, kQueryAtPut, kQueryThread, kRecordAtPut, kRecordQuery, kMarkAtPut };
+constexpr const char *kNames[] = {"none",          "query-at-get", "query-at-put", "query-thread",
+                                  "record-at-put", "record-query", "mark-at-put"};
+constexpr int kWays = 7;
 
 struct Point {
   double units_per_s, median_us, p99_us, thread_queries_per_s;
@@ -110,6 +116,8 @@ Point run(const Driver &driver, Way way, int threads, double seconds, std::size_
           waited = true;
       if (way == Way::kMarkAtPut)
         while (__atomic_load_n(&marks[i * kSlotWords], __ATOMIC_ACQUIRE) != expected[i]) waited = true;
+      if (way == Way::kRecordQuery)
+        while (driver.query_event(reinterpret_cast<CUevent>(events[i])) == CUDA_ERROR_NOT_READY) waited = true;
       if (waited) not_yet_idle.fetch_add(1, std::memory_order_relaxed);
       const auto began = Clock::now();
       if (way == Way::kQueryAtGet) (void)driver.query(reinterpret_cast<CUstream>(stream));
@@ -117,7 +125,8 @@ Point run(const Driver &driver, Way way, int threads, double seconds, std::size_
             "cudaMemsetAsync");
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       if (way == Way::kQueryAtPut) (void)driver.query(reinterpret_cast<CUstream>(stream));
-      if (way == Way::kRecordAtPut) check(cudaEventRecord(events[i], stream), "cudaEventRecord");
+      if (way == Way::kRecordAtPut || way == Way::kRecordQuery)
+        check(cudaEventRecord(events[i], stream), "cudaEventRecord");
       if (way == Way::kQueryThread) known_idle[i].store(false, std::memory_order_release);
       if (way == Way::kMarkAtPut &&
           driver.write_value(reinterpret_cast<CUstream>(stream),
@@ -199,7 +208,7 @@ int main(int argc, char **argv) {
   // The runs interleave the ways, so that a drift of the machine's state spreads over all of them.
   for (int run_index = 0; run_index < runs; ++run_index)
     for (const int threads : thread_counts)
-      for (int way = 0; way < 6; ++way) {
+      for (int way = 0; way < kWays; ++way) {
         const Point point = run(driver, static_cast<Way>(way), threads, seconds, bytes);
         std::printf("run=%d threads=%d way=%s units_per_s=%.0f median_us=%.1f p99_us=%.1f "
                     "thread_queries_per_s=%.0f not_yet_idle=%ld\n",

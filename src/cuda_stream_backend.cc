@@ -2,13 +2,8 @@
 
 #include "cuda_runtime_helpers.h"
 #include "driver_entry_points.h"
-#include "stream_marks.h"
 
 namespace evpool {
-
-CUDAStreamBackend::CUDAStreamBackend(StreamReuse reuse)
-    : reuse(reuse),
-      marks_(reuse == StreamReuse::kWhenIdle ? std::make_shared<detail::StreamMarks>() : nullptr) {}
 
 void CUDAStreamBackend::validate_options(const StreamOptions &options) const {
   detail::validate_stream_options(options.flags, options.priority);
@@ -16,22 +11,11 @@ void CUDAStreamBackend::validate_options(const StreamOptions &options) const {
 
 // The pool validated the options once, when it was constructed (validate_options).
 cudaStream_t CUDAStreamBackend::create(const StreamOptions &options, int device) {
-  const cudaStream_t stream = detail::create_stream_on(device, options.flags, options.priority);
-  if (marks_) marks_->add(stream);
-  return stream;
+  return detail::create_stream_on(device, options.flags, options.priority);
 }
 
 void CUDAStreamBackend::destroy(cudaStream_t handle) noexcept {
-  if (marks_) marks_->remove(handle);  // before: the handle may be another stream's at once
   detail::destroy_stream_tolerating_exit(handle);
-}
-
-void CUDAStreamBackend::mark_handed_back(cudaStream_t handle) noexcept {
-  if (marks_) marks_->mark_handed_back(handle);
-}
-
-void CUDAStreamBackend::let_go(cudaStream_t handle) noexcept {
-  if (marks_) marks_->remove(handle);
 }
 
 int CUDAStreamBackend::device_count() const { return detail::device_count(); }
@@ -40,8 +24,7 @@ int CUDAStreamBackend::current_device() const { return detail::current_device();
 
 
 bool CUDAStreamBackend::has_pending_work(cudaStream_t handle) const noexcept {
-  if (!marks_) return false;  // kAtOnce
-  if (const int pending = marks_->pending(handle); pending >= 0) return pending != 0;
+  if (reuse == StreamReuse::kAtOnce) return false;
   const detail::DriverEntryPoints &calls = detail::driver();
   if (calls.query != nullptr) {
     const CUresult status =

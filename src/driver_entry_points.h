@@ -27,7 +27,6 @@ struct DriverEntryPoints {
   PFN_cuStreamQuery_v2000 query = nullptr;
   PFN_cuEventQuery_v2000 query_event = nullptr;
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
-  PFN_cuStreamWriteValue32_v11070 write_value = nullptr;
 
   DriverEntryPoints() {
     resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
@@ -40,7 +39,6 @@ struct DriverEntryPoints {
     resolve("cuStreamQuery", 2000, query);
     resolve("cuEventQuery", 2000, query_event);
     resolve("cuThreadExchangeStreamCaptureMode", 10010, exchange_capture_mode);
-    resolve("cuStreamWriteValue32", 11070, write_value);
   }
 
   bool know_contexts() const noexcept {

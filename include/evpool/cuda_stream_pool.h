@@ -114,7 +114,7 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   explicit CUDAStreamPool(unsigned stream_flags = cudaStreamNonBlocking, int priority = 0,
                           std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault,
                           StreamReuse reuse = StreamReuse::kWhenIdle, std::size_t max_per_device = kUncapped)
-      : Base(CUDAStreamBackend(reuse), StreamOptions{stream_flags, priority}, max_idle_per_device, checks,
+      : Base(CUDAStreamBackend{reuse}, StreamOptions{stream_flags, priority}, max_idle_per_device, checks,
              max_per_device),
         reuse_(reuse) {}
 

@@ -66,21 +66,6 @@ concept BusyHandleBackend = EventBackend<B> && requires(const B &backend, typena
   noexcept->std::same_as<bool>;
 };
 
-/// A busy-handle backend that marks, when a holder hands a handle back, where the holder's work
-/// ends, so that has_pending_work can answer from that mark instead of asking the driver (CUDA
-/// streams: a stream memory write into host memory; cuda_stream_backend.h). The pool calls
-/// `mark_handed_back(handle)` on the holder's thread at every hand-back (Put, a lease's end),
-/// before it takes the handle, and `let_go(handle)` when a handle leaves it without being
-/// destroyed (Get, a lease's release()), so that the backend forgets what it keeps for the handle
-/// (CUDA gives a destroyed handle's value to the next stream). Neither throws.
-template <class B>
-concept HandBackMarkingBackend = BusyHandleBackend<B> && requires(B &backend, typename B::handle_type handle) {
-  { backend.mark_handed_back(handle) }
-  noexcept;
-  { backend.let_go(handle) }
-  noexcept;
-};
-
 /// A backend that can tell a handle's device from the handle alone. Never throws; -1 if it cannot.
 template <class B>
 concept DeviceQueryingBackend = EventBackend<B> && requires(const B &backend, typename B::handle_type handle) {

@@ -46,7 +46,7 @@ class UniqueEventLease {
 
   /// Takes the event out of the lease; the caller owns it and the pool forgets it.
   event_type release() noexcept {
-    if (core_ != nullptr && fork_generation_ == detail::fork_generation()) core_->let_go(event_.get(), event_.device_id());
+    if (core_ != nullptr && fork_generation_ == detail::fork_generation()) core_->let_go(event_.device_id());
     event_type event = std::move(event_);
     reset();
     return event;

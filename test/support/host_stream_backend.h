@@ -1,10 +1,8 @@
 // A HostBackend whose tokens behave as CUDA streams do towards a pool: a token can have work
 // pending (the seam: a test says for how long its work lasts, on a clock that is either the count
-// of queries, of any token, or ticks the test gives: Clock), a bare token tells its device, and
-// hand-backs are marked as CUDAStreamBackend marks them (HandBackMarkingBackend): the seam counts
-// the marks and checks that the pool marks only handles it is given back, and lets go only of
-// handles it hands out for good. The pool's core then takes the stream paths, so that every host
-// test of the pool can run for streams too.
+// of queries, of any token, or ticks the test gives: Clock), and a bare token tells its device.
+// The pool's core then takes the stream paths (BusyHandleBackend, DeviceQueryingBackend), so that
+// every host test of the pool can run for streams too.
 #pragma once
 
 #include <atomic>
@@ -57,9 +55,6 @@ class HostStreamBackend : public HostBackend {
   void advance(std::uint64_t ticks = 1) const noexcept {
     pending_->ticks.fetch_add(ticks, std::memory_order_relaxed);
   }
-  /// Hand-backs the pool marked, and handles it let go of.
-  std::uint64_t marks() const noexcept { return pending_->marks.load(std::memory_order_relaxed); }
-  std::uint64_t let_go_count() const noexcept { return pending_->let_go.load(std::memory_order_relaxed); }
 
   /// The seam's query: busy if the token's work completes after now (kQueries: the query is a tick
   /// of the clock itself).
@@ -77,9 +72,6 @@ class HostStreamBackend : public HostBackend {
   }
   int query_device(handle_type token) const noexcept { return device_of(token); }
 
-  void mark_handed_back(handle_type) noexcept { pending_->marks.fetch_add(1, std::memory_order_relaxed); }
-  void let_go(handle_type) noexcept { pending_->let_go.fetch_add(1, std::memory_order_relaxed); }
-
  private:
   struct Pending {
     std::unique_ptr<std::atomic<std::uint64_t>[]> done_after {
@@ -92,15 +84,12 @@ class HostStreamBackend : public HostBackend {
     }
     std::atomic<std::uint64_t> made{0};
     std::atomic<std::uint64_t> ticks{0};
-    std::atomic<std::uint64_t> marks{0};
-    std::atomic<std::uint64_t> let_go{0};
     bool ticks_are_time = false;
   };
   std::shared_ptr<Pending> pending_;
 };
 
-static_assert(BusyHandleBackend<HostStreamBackend> && DeviceQueryingBackend<HostStreamBackend> &&
-              HandBackMarkingBackend<HostStreamBackend>);
+static_assert(BusyHandleBackend<HostStreamBackend> && DeviceQueryingBackend<HostStreamBackend>);
 static_assert(!BusyHandleBackend<HostBackend> && !DeviceQueryingBackend<HostBackend>,
               "the event backend keeps the event paths");
 

@@ -291,23 +291,28 @@ class DeviceDepots {
   // ---- Busy handles (BusyHandleBackend; see the rationale) ----------------------------------------
 
   /// An idle handle of the device into `out`: from the depot, where every busy handle met on the
-  /// way is set aside, else from those set aside, all of which are asked (`busy(handle)`), the idle
-  /// ones going to the depot, else from the retired ones. False if every one of them is busy (or
-  /// there is none): the caller may create. A retired handle found busy is set aside too.
+  /// way is set aside, else from those set aside, asked from the longest set aside (the likeliest
+  /// to be done) until one is idle, else from the retired ones. False if every one asked was busy
+  /// (or there is none): the caller may create. A retired handle found busy is set aside too.
+  /// Each magazine is asked from its bottom, where the handles put into it first lie.
   template <class Busy>
   bool take_idle(int device, handle_type &out, Busy &&busy) noexcept {
     Batch set_aside(*this, device, &DeviceDepots::set_aside_magazine);
     bool found = false;
     for (std::uint32_t index = take_filled(device); !found && index != kNilIndex;) {
       Magazine &magazine = arena_[index];
-      while (!found && !magazine.empty()) {
-        const handle_type handle = magazine.handles[--magazine.count];
+      std::uint32_t asked = 0;
+      while (!found && asked < magazine.count) {
+        const handle_type handle = magazine.handles[asked++];
         if (busy(handle))
           set_aside.add(handle);
         else
           out = handle, found = true;
       }
-      return_filled(device, index);  // what was not asked goes back as it was
+      // What was not asked goes back as it was, moved down over what was.
+      std::copy(magazine.handles + asked, magazine.handles + magazine.count, magazine.handles);
+      magazine.count -= asked;
+      return_filled(device, index);
       if (!found) index = take_filled(device);
     }
     set_aside.flush();
@@ -472,42 +477,39 @@ class DeviceDepots {
       depot.give_reserved(index, arena_);
   }
 
-  // Asks the handles set aside on the device, a magazine at a time, until one is idle: it goes to
-  // `out`, the other idle ones of its magazine to the depot, and the busy ones asked go back set
-  // aside. A magazine at a time, not all at once: a concurrent Get then finds the magazines this
-  // one has not asked yet, rather than none (and would create). False if every one was busy.
+  // Asks the handles set aside on the device, as they are now (one snapshot: handles set aside
+  // meanwhile wait for the next sweep), from the longest set aside, until one is idle: it goes to
+  // `out`. The others go back set aside, in their order. False if every one was busy. While a
+  // sweep holds the snapshot, a concurrent Get finds none set aside (and may create): starting
+  // from the oldest keeps that short, since the oldest is the likeliest to be done, and most sweeps
+  // ask one or two.
   template <class Busy>
   bool sweep_set_aside(int device, handle_type &out, Busy &busy) noexcept {
-    bool found = false;
-    std::uint32_t asked = kNilIndex;  // magazines of busy handles asked here, linked through `next`
-    Batch now_idle(*this, device, &DeviceDepots::return_filled);
-    while (!found) {
-      const std::uint32_t index = set_aside_[device].take(arena_);
-      if (index == kNilIndex) break;
-      Magazine &magazine = arena_[index];
-      std::uint32_t still_busy = 0;
-      for (std::uint32_t i = 0; i < magazine.count; ++i) {
-        const handle_type handle = magazine.handles[i];
-        if (busy(handle))
-          magazine.handles[still_busy++] = handle;
-        else if (!found)
-          out = handle, found = true;
-        else
-          now_idle.add(handle);
-      }
-      magazine.count = still_busy;
-      if (magazine.empty()) {
-        depots_[device].give_empty(index, arena_);
-      } else {
-        // Ours since take() (acquire): a relaxed store of the link.
-        magazine.next.store(asked, std::memory_order_relaxed);
-        asked = index;
-      }
+    // The snapshot is ours since take_all (acquire): relaxed reads and writes of the links. It is
+    // linked from the last set aside: reversed, from the first.
+    std::uint32_t oldest = kNilIndex;
+    for (std::uint32_t index = set_aside_[device].take_all(arena_); index != kNilIndex;) {
+      const std::uint32_t next = arena_[index].next.load(std::memory_order_relaxed);
+      arena_[index].next.store(oldest, std::memory_order_relaxed);
+      oldest = index;
+      index = next;
     }
-    while (asked != kNilIndex) {
-      const std::uint32_t next = arena_[asked].next.load(std::memory_order_relaxed);
-      set_aside_magazine(device, asked);
-      asked = next;
+    bool found = false;
+    for (std::uint32_t index = oldest; index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
+      for (std::uint32_t i = 0; !found && i < magazine.count; ++i) {
+        if (busy(magazine.handles[i])) continue;
+        out = magazine.handles[i];
+        found = true;
+        std::copy(magazine.handles + i + 1, magazine.handles + magazine.count, magazine.handles + i);
+        --magazine.count;
+      }
+      if (magazine.empty())
+        depots_[device].give_empty(index, arena_);
+      else
+        set_aside_magazine(device, index);  // oldest first: the newest ends on top, as it was
+      index = next;
     }
     return found;
   }

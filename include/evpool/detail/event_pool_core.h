@@ -173,12 +173,11 @@ class EventPoolCore final : private DeferredWork {
 
   [[gnu::always_inline]] event_type Get(int device_id) {
     const int device = resolve_device(device_id, "Get");
-    const handle_type handle = obtain(device, 0);
-    // An event got (not leased) leaves the pool until Put brings it back.
-    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().let_go(handle);
+    event_type event = depots_.backend().adopt(obtain(device, 0), device);
+    // Under a cap, an event got (not leased) leaves the pool's keeping until Put brings it back.
     if (depots_.capped()) [[unlikely]]
       depots_.count_kept(device, -1);
-    return depots_.backend().adopt(handle, device);
+    return event;
   }
 
   [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
@@ -249,7 +248,7 @@ class EventPoolCore final : private DeferredWork {
         auto &magazines = cache->owner_magazines(event.device_id());
         const bool room = magazines.has_room();
         if (room) [[likely]] {
-          magazines.loaded.put(handed_back(event.release()));
+          magazines.loaded.put(event.release());
           cache->owner_count_leases(-1);
         }
         cache->owner_exit();
@@ -260,10 +259,9 @@ class EventPoolCore final : private DeferredWork {
     end_lease_slow(std::move(event), forget);
   }
 
-  /// A lease's holder takes its event out (UniqueEventLease::release): the event leaves the pool
-  /// (its backend forgets it; under a cap it no longer counts). The lease then ends as any other.
-  void let_go(handle_type handle, int device) noexcept {
-    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().let_go(handle);
+  /// A lease's holder takes its event out (UniqueEventLease::release): under a cap, the event
+  /// leaves the pool's keeping. The lease then ends as any other.
+  void let_go(int device) noexcept {
     if (depots_.capped()) depots_.count_kept(device, -1);
   }
 
@@ -297,7 +295,7 @@ class EventPoolCore final : private DeferredWork {
       if (Cache *cache = enter_own_cache()) [[likely]] {
         auto &magazines = cache->owner_magazines(block->device);
         if (magazines.has_room()) [[likely]] {
-          magazines.loaded.put(handed_back(block->handle));
+          magazines.loaded.put(block->handle);
           cache->owner_count_leases(-1);
           const bool kept = keep_spare_block(*cache, block);
           // The count changes before owner_exit: close() reads it only after the section ends
@@ -471,7 +469,7 @@ class EventPoolCore final : private DeferredWork {
     const int device = device_for_put(event, device_id);
     bool kept;
     try {
-      kept = keep(handed_back(event.get()), device, adopted);
+      kept = keep(event.get(), device, adopted);
     } catch (const DoublePutError &) {
       (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
@@ -513,34 +511,35 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // Busy handles (CUDA streams: work of their last holder is still pending). The loaded
-  // magazine's newest handle, just taken, is busy. The others of the magazine are asked from the
-  // oldest, which has had the longest to finish, up: the first idle one is handed out, those above
-  // it move down one place and the busy one goes back on top. For busy handles the magazine is so
-  // a queue: a thread that hands streams back busy and gets them again (enqueue, hand back, get)
-  // asks the one it handed back longest ago first, and needs only as many streams as its work has
-  // in flight, as long as they fit its magazines. Then the previous magazine is asked, whole. If
-  // every handle of the cache is busy, the Get goes to the depot, which hands out no busy handle
-  // either and sets aside every busy one it meets (device_depots.h, take_idle). Asking is cheap
-  // where the backend marks hand-backs (a read of host memory: cuda_stream_backend.h), so a Get
-  // asks all it holds before it creates.
+  // magazine's newest handle, just taken, is busy. Its oldest, at the bottom, has had the longest
+  // to finish: if that one is idle it is handed out, the others move down one place and the busy
+  // one goes back on top. The magazine is then a queue for busy handles: a thread that hands
+  // streams back busy and gets them again (enqueue, hand back, get) always asks the one it handed
+  // back longest ago, two queries a Get, with no shared write. (A swap of the two instead sent the
+  // busy one to the bottom, to be asked next: with work longer than two Gets every Get created.)
+  // Then the oldest of the previous magazine is asked. If it is busy too, the Get goes to the
+  // depot, which hands out no busy handle either, sets aside the busy ones it meets and asks those
+  // set aside before it creates (device_depots.h, take_idle). Asking is a driver query, so a Get
+  // asks at most three handles of its cache: the rest of the cache (at most two magazines) goes to
+  // the depot as the thread's hand-backs fill it, and counts in the idle bound meanwhile
+  // (docs/streams.md, "The bound").
   [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
                                                      handle_type busy, int device, int leases) {
     auto &loaded = magazines.loaded;
-    const std::uint32_t count = loaded.count();
-    handle_type *handles = loaded.magazine->handles;
-    for (std::uint32_t i = 0; i < count; ++i) {
-      if (is_busy(handles[i])) continue;
-      const handle_type idle = handles[i];
-      std::copy(handles + i + 1, handles + count, handles + i);
-      handles[count - 1] = busy;
-      return hand_out_from_cache(cache, idle, leases);
+    if (const std::uint32_t count = loaded.count(); count != 0) {
+      handle_type *handles = loaded.magazine->handles;
+      if (!is_busy(handles[0])) {
+        const handle_type idle = handles[0];
+        std::copy(handles + 1, handles + count, handles);
+        handles[count - 1] = busy;
+        return hand_out_from_cache(cache, idle, leases);
+      }
     }
     loaded.untake();  // as it was: the Get is counted by the way that serves it
-    if (auto &previous = magazines.previous; previous.held()) {
+    if (auto &previous = magazines.previous; previous.held() && !previous.empty()) {
       handle_type *older = previous.magazine->handles;
-      for (std::uint32_t i = 0, held = previous.count(); i < held; ++i) {
-        if (is_busy(older[i])) continue;
-        std::swap(older[i], older[held - 1]);  // to the top, where take() finds it
+      if (const std::uint32_t held = previous.count(); !is_busy(older[0])) {
+        std::swap(older[0], older[held - 1]);  // to the top, where take() finds it
         return hand_out_from_cache(cache, previous.take(), leases);
       }
     }
@@ -645,13 +644,6 @@ class EventPoolCore final : private DeferredWork {
                          "without a hand-back, so Get does not wait");
   }
 
-  // The holder hands `handle` back: where the backend marks hand-backs, the mark is made here, on
-  // the holder's thread, before the pool takes the handle.
-  [[gnu::always_inline]] handle_type handed_back(handle_type handle) noexcept {
-    if constexpr (HandBackMarkingBackend<Backend>) depots_.backend().mark_handed_back(handle);
-    return handle;
-  }
-
   bool is_busy(handle_type handle) const noexcept {
     if constexpr (kBusyHandles)
       return depots_.backend().has_pending_work(handle);
@@ -741,7 +733,6 @@ class EventPoolCore final : private DeferredWork {
       count_leases(-1);
       return;
     }
-    (void)handed_back(event.get());
     const int device = event.device_id();
     if (Cache *cache = enter_own_cache()) {
       try {
