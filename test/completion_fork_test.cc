@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "evpool/basic_completion_queue.h"
 #include "evpool/basic_event_pool.h"
@@ -101,6 +103,39 @@ TEST_P(CompletionQueueAfterFork, AChildsDestructorDoesNotWaitForItsParentsReques
   never_done.complete_all();
   queue.reset();
   EXPECT_EQ(calls.load(), 1);
+}
+
+// fork() while a parent's thread is inside one of the queue's callbacks: its pass holds the
+// queue's polling lock, and the thread does not exist in the child. The child's first call must
+// not find the queue locked by that pass, which will never end there: the child's request is
+// done within seconds. Fails if forgetting leaves the lock as the parent had it.
+TEST_P(CompletionQueueAfterFork, AForkDuringAParentsPassLeavesTheChildsQueueUnlocked) {
+  Queue queue(backend_, CompletionQueueOptions{GetParam()});
+  HostWorkStream parents_stream;
+  parents_stream.complete_through(1);
+  std::atomic<bool> in_callback{false}, release{false};
+  queue.notify(&parents_stream, [&](int) {
+    in_callback.store(true);
+    while (!release.load()) std::this_thread::yield();
+  });
+  std::jthread caller;  // kCaller: a thread of the parent polls
+  if (GetParam() == CompletionPolling::kCaller) caller = std::jthread([&] { queue.poll(); });
+  while (!in_callback.load()) std::this_thread::yield();
+
+  const int failures = run_in_child([&] {
+    HostWorkStream childs_stream;
+    childs_stream.complete_through(1);
+    Queue::completion childs = queue.notify(&childs_stream);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!childs.ready() && std::chrono::steady_clock::now() < deadline)
+      if (GetParam() == CompletionPolling::kCaller)
+        queue.poll();
+      else
+        std::this_thread::yield();
+    return childs.ready() ? 0 : 1;
+  });
+  release.store(true);
+  EXPECT_EQ(failures, 0) << "the child's request was not done in 5 s: its queue stayed locked by the parent's pass";
 }
 
 INSTANTIATE_TEST_SUITE_P(Polling, CompletionQueueAfterFork,

@@ -520,6 +520,53 @@ TEST_F(CompletionQueueTest, ARequestPushedDuringAPassKeepsThePollerFromItsBackof
   EXPECT_EQ(blocked.wait(), HostCompletionBackend::kSuccess);
 }
 
+// The same through the queue's shared channel, which a thread asks through once its caches were
+// flushed at its exit (from a thread_local destructor that runs after the flush): a request pushed
+// there during a pass must keep the poller from sleeping too. The request's callback, on the
+// poller thread, reads the poller's count of sleeps: none may come between the push and the
+// callback. Fails if the poller looks only at the threads' own channels before it sleeps.
+TEST_F(CompletionQueueTest, ARequestPushedThroughTheSharedChannelDuringAPassKeepsThePollerAwake) {
+  CompletionQueueOptions options;
+  options.spin_for = 0ns;
+  HostWorkStream never_done, always_done;
+  always_done.complete_through(UINT64_MAX);
+  struct AskAtExit {
+    std::function<void()> ask;
+    ~AskAtExit() {
+      if (ask) ask();
+    }
+  };
+  std::atomic<bool> pushed{false};
+  std::uint64_t sleeps_at_push = 0, sleeps_at_callback = UINT64_MAX;  // the poller thread's
+  Completion pushed_in_pass;
+  Queue *queue_in_hook = nullptr;
+  int queries = 0;  // the poller thread's
+  backend_.on_query([&] {
+    // The second query of `blocked` comes in the pass after the one that filed it: a pass that
+    // makes no progress, after which the poller sleeps unless it finds the new request.
+    if (++queries != 2) return;
+    sleeps_at_push = queue_in_hook->stats().sleeps;
+    std::thread([&] {
+      thread_local AskAtExit at_exit;  // constructed before the flush at exit, so destroyed after it
+      at_exit.ask = [&] {
+        pushed_in_pass = queue_in_hook->notify(
+            &always_done, [&](int) { sleeps_at_callback = queue_in_hook->stats().sleeps; });
+      };
+      pool_.Put(pool_.Get(0), 0);  // the thread's first cache: its flush at exit
+    }).join();
+    pushed.store(true);
+  });
+  Queue queue(backend_, options);
+  queue_in_hook = &queue;
+  Completion blocked = queue.notify(&never_done);
+  while (!pushed.load()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(pushed_in_pass.wait(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(sleeps_at_callback, sleeps_at_push)
+      << "the poller slept with a request in the shared channel: it did not look there before sleeping";
+  never_done.complete_all();
+  EXPECT_EQ(blocked.wait(), HostCompletionBackend::kSuccess);
+}
+
 TEST_F(CompletionQueueTest, RequestsOfAThreadThatExitedStillComplete) {
   Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;

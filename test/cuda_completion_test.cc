@@ -453,6 +453,30 @@ TEST_F(CompletionQueueOnGpu, RequestsOnTheSpecialHandlesKeepTheirOrderAndAreCaug
   EXPECT_EQ(pool_->stats().total().outstanding, 0);
 }
 
+// 0 and cudaStreamLegacy are two handles of one stream, the legacy stream (the library is built
+// without per-thread default streams): a thread's request on 0, then one on cudaStreamLegacy, are
+// one stream's, so the first must complete first. Each round puts both behind a 2 ms spin and
+// polls until both are done; when the spin ends between the pass's queries of the two, a queue
+// that files them apart (keyed by handle, not by the stream's id alone) finishes the second first.
+TEST_F(CompletionQueueOnGpu, RequestsOnZeroThenOnCudaStreamLegacyCompleteInTheirOrder) {
+  constexpr int kRounds = 50;
+  CompletionQueue queue{CUDACompletionBackend(*pool_), CompletionQueueOptions{CompletionPolling::kCaller}};
+  int out_of_order = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<int> order;
+    ASSERT_CUDA(kernels_->spin(cudaStream_t{nullptr}, 2ms));
+    queue.notify(cudaStream_t{nullptr}, [&order](cudaError_t) { order.push_back(0); });
+    queue.notify(cudaStreamLegacy, [&order](cudaError_t) { order.push_back(1); });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (order.size() < 2 && std::chrono::steady_clock::now() < deadline) queue.poll();
+    ASSERT_EQ(order.size(), 2u) << "round " << round << ": not done after 10 s";
+    out_of_order += order[0] != 0;
+  }
+  EXPECT_EQ(out_of_order, 0) << "the request on cudaStreamLegacy completed before the earlier one on 0 in "
+                             << out_of_order << " of " << kRounds << " rounds";
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
 // The sticky error, in a process of its own (the error ends every CUDA call in the process):
 // evpool_completion_error_scenario runs the fault kernel, asks on its stream and, later, on
 // another; both callbacks must get an error, once each (the scenario exits 0 if so, 77 without a

@@ -46,6 +46,7 @@
 // Everything here belongs to the poller (one at a time), so nothing is atomic.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -68,9 +69,14 @@ class StreamFifos {
   /// channel (one thread's channel).
   void append(Channel &channel, Request &request, bool in_channel_order) {
     const std::optional<std::uint64_t> &id = request.recorded_on.stream_id;
-    Fifo &fifo = fifos_[Key{&channel, request.stream(), request.device(), id.has_value(), id.value_or(0)}];
+    // With an id, the id names the stream, whatever handle named it: 0 and cudaStreamLegacy are
+    // one stream, and share a FIFO (order holds across the two). Without one, the handle does.
+    const stream_type named_by = id ? stream_type{} : request.stream();
+    Fifo &fifo = fifos_[Key{&channel, named_by, request.device(), id.has_value(), id.value_or(0)}];
     if (fifo.oldest == nullptr) {
-      active_.reserve(active_.size() + 1);  // may throw: nothing changed yet
+      // Doubling, not one more, so that each new peak of streams in progress does not reallocate
+      // (may throw: nothing changed yet).
+      if (active_.size() == active_.capacity()) active_.reserve(std::max<std::size_t>(16, 2 * active_.size()));
       fifo.channel = &channel;
       fifo.in_stream_order = in_channel_order && id.has_value();
       fifo.oldest = &request;
