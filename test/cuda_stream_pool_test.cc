@@ -162,8 +162,8 @@ TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
 
 // The pattern that used to make the pool create without end: lease, enqueue long work, hand
 // back busy, again, on 1 and on 16 threads; every 32nd unit waits for its work, as a scheduler
-// bounds what it has in flight. The streams created must level off within the first second: the
-// count at 2 s is the count at 1 s, and below what the work in flight and the caches can hold.
+// bounds what it has in flight. The streams created must level off within the first second (the
+// count at 2 s within 5% of the count at 1 s), below what the work in flight and the caches hold.
 TEST(StreamPoolOnGpu, StreamsHandedBackBusyLevelOffWithinASecond) {
   EVPOOL_REQUIRE_GPU();
   for (const int thread_count : {1, 16}) {
@@ -200,7 +200,10 @@ TEST(StreamPoolOnGpu, StreamsHandedBackBusyLevelOffWithinASecond) {
     std::printf("\n");
     EXPECT_EQ(busy.load(), 0) << "a lease began on a stream with work pending";
     EXPECT_EQ(errors.load(), 0);
-    EXPECT_EQ(created[7], created[3]) << thread_count << " threads: streams still created after the first second";
+    // Levelled off: the second second adds at most 5% to what the first created (the pool this
+    // replaced kept creating at the same pace: 24,911 streams in 4 s on one thread).
+    EXPECT_LE(created[7], created[3] + created[3] / 20 + 1)
+        << thread_count << " threads: streams still created after the first second";
     // Work in flight: at most 32 units a thread; each thread's cache holds up to 2 x 32 more.
     EXPECT_LE(created[7], static_cast<std::uint64_t>(thread_count) * (33 + 64) + 16);
   }
