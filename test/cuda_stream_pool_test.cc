@@ -210,10 +210,10 @@ TEST(StreamPoolOnGpu, StreamsHandedBackBusyLevelOffWithinASecond) {
 }
 
 // CUDA hands a destroyed stream's handle to the next stream at once. A stream the pool destroys
-// while its work runs (Trim), or one a caller takes out (release()) and destroys, leaves no mark
-// behind that a new stream with the same handle would read: the new one is idle when created,
-// and is handed out; a busy one never is.
-TEST(StreamPoolOnGpu, MarksOfDestroyedStreamsAreNeverReadForTheirHandlesNextStream) {
+// while its work runs (Trim), or one a caller takes out (release()) and destroys, leaves nothing
+// behind that the next stream with its handle inherits: the new one is handed out idle, and once
+// handed back busy is not handed out again until its own work is done.
+TEST(StreamPoolOnGpu, AStreamDestroyedBusyLeavesNothingToTheNextStreamWithItsHandle) {
   EVPOOL_REQUIRE_GPU();
   CUDAStreamPool pool;
   DeviceBuffer memory(std::size_t{256} << 20);
@@ -234,7 +234,7 @@ TEST(StreamPoolOnGpu, MarksOfDestroyedStreamsAreNeverReadForTheirHandlesNextStre
     CUDAStreamLease next = pool.Get(0);
     if (next.get() == destroyed) ++reused;
     EXPECT_EQ(cudaStreamQuery(next), cudaSuccess) << "round " << round;
-    // The new stream's own hand-back marks are read right: busy, then idle.
+    // The new stream handed back busy is not handed out while its work runs.
     for (int i = 0; i < 8; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, next), cudaSuccess);
     const cudaStream_t busy = next.get();
     next.reset();
