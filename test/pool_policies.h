@@ -28,6 +28,8 @@ template <class Policy>
 inline constexpr std::size_t kPerThreadCacheBound = std::size_t{2} * Policy::cache_capacity;
 
 using BothPolicies = ::testing::Types<DefaultPoolPolicy, NoCachePolicy<>>;
+/// The stream pool's own policy (magazines of up to 32 streams), and no caches.
+using StreamPolicies = ::testing::Types<StreamPoolPolicy, NoCachePolicy<>>;
 
 /// The default fence as it behaves where membarrier is refused: every cache's open state is then
 /// kOpenFenced, so each owner_enter takes the fenced path, and the pair rests on the owner's full

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
-#include "evpool/cuda_stream_pool.h"
 #include "evpool/pool_cap.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
@@ -28,9 +27,7 @@ class StreamBoundConcurrency : public testing::Test {
  protected:
   using Pool = BasicEventPool<HostStreamBackend, Policy>;
 };
-// The stream pool's own policy (magazines of up to 32), and none.
-using StreamPolicies = ::testing::Types<StreamPoolPolicy, NoCachePolicy<>>;
-TYPED_TEST_SUITE(StreamBoundConcurrency, StreamPolicies, test::PolicyName);
+TYPED_TEST_SUITE(StreamBoundConcurrency, test::StreamPolicies, test::PolicyName);
 
 // Each thread leases, makes its stream busy for `kWork` ticks and hands it back; a quarter of the
 // hand-backs go through another thread (a lease ended elsewhere).

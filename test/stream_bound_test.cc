@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "evpool/basic_event_pool.h"
-#include "evpool/cuda_stream_pool.h"
 #include "evpool/pool_cap.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
@@ -34,9 +33,7 @@ class StreamBound : public testing::Test {
  protected:
   using Pool = BasicEventPool<HostStreamBackend, Policy>;
 };
-// The stream pool's own policy (magazines of up to 32), and none.
-using StreamPolicies = ::testing::Types<StreamPoolPolicy, NoCachePolicy<>>;
-TYPED_TEST_SUITE(StreamBound, StreamPolicies, test::PolicyName);
+TYPED_TEST_SUITE(StreamBound, test::StreamPolicies, test::PolicyName);
 
 // The pattern of docs/streams.md: lease, enqueue work, hand back busy, again; the work in flight
 // is just over one magazine, two magazines, many. Creation levels off at the work in flight.

@@ -39,15 +39,6 @@ namespace evpool {
 
 class CUDAStreamPool;
 
-/// The stream pool's policy: the default one with smaller magazines, 8 streams growing to 32, so
-/// that a thread keeps at most 64 idle streams per device instead of 512 events. A stream holds
-/// more of the driver than an event does (its own work queue), and a scheduler holds far fewer
-/// streams than events at once.
-struct StreamPoolPolicy : DefaultPoolPolicy {
-  static constexpr unsigned cache_capacity = 32;
-  static constexpr unsigned cache_start_capacity = 8;
-};
-
 /// A stream leased from a CUDAStreamPool, returned to it (under its own device) when the lease
 /// ends. Move-only. May outlive its pool: the stream is then retired, and destroyed by the
 /// deferred work (deferred_work.h). Thread-safety: like any value; distinct leases may be used

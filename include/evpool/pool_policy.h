@@ -110,6 +110,15 @@ struct NoCachePolicy : Base {
 /// Same as `Base`, but with magazines of `Capacity` events that never grow: a thread trades with
 /// the depot once every `Capacity` Gets or Puts that its cache cannot absorb, and holds at most
 /// 2 x `Capacity` idle events per device.
+/// The stream pool's policy (CUDAStreamPool): the default one with smaller magazines, 8 streams
+/// growing to 32, so that a thread keeps at most 64 idle streams per device instead of 512 events.
+/// A stream holds more of the driver than an event does (its own work queue), and a scheduler
+/// holds far fewer streams than events at once.
+struct StreamPoolPolicy : DefaultPoolPolicy {
+  static constexpr unsigned cache_capacity = 32;
+  static constexpr unsigned cache_start_capacity = 8;
+};
+
 template <unsigned Capacity, class Base = DefaultPoolPolicy>
 struct FixedMagazinePolicy : Base {
   static constexpr unsigned cache_capacity = Capacity;
