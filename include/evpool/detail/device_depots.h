@@ -91,6 +91,7 @@ class DeviceDepots {
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
     retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     set_aside_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
+    sweeping_ = std::make_unique<CacheLinePadded<std::atomic<bool>>[]>(static_cast<std::size_t>(device_count_));
     kept_ = std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
@@ -326,6 +327,8 @@ class DeviceDepots {
 
   /// Handles set aside busy (for stats(); exact once no call is in progress).
   std::uint64_t set_aside(int device) const noexcept { return set_aside_[device].count(); }
+  /// Whether a Get sweeps the device's set-aside handles now (it holds them out of the count).
+  bool sweeping(int device) const noexcept { return sweeping_[device].value.load(std::memory_order_relaxed); }
 
   /// One event into the device's depot; false if it is over the idle limit (the caller still
   /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
@@ -479,12 +482,24 @@ class DeviceDepots {
 
   // Asks the handles set aside on the device, as they are now (one snapshot: handles set aside
   // meanwhile wait for the next sweep), from the longest set aside, until one is idle: it goes to
-  // `out`. The others go back set aside, in their order. False if every one was busy. While a
-  // sweep holds the snapshot, a concurrent Get finds none set aside (and may create): starting
-  // from the oldest keeps that short, since the oldest is the likeliest to be done, and most sweeps
-  // ask one or two.
+  // `out`. The others go back set aside, in their order. False if every one was busy. One Get
+  // sweeps at a time, and the others wait for it rather than find none set aside and create: so
+  // a Get creates only once every handle set aside was found busy by a sweep that held them all.
+  // Sweeps start from the oldest, the likeliest to be done, and most ask one or two handles.
   template <class Busy>
   bool sweep_set_aside(int device, handle_type &out, Busy &busy) noexcept {
+    if (set_aside_[device].empty() && !sweeping(device)) return false;
+    std::atomic<bool> &sweeping = sweeping_[device].value;
+    // Acquire: pairs with the last sweeper's release, so that this one sees the magazines it gave
+    // back as it left them (the stack's own orders publish them too).
+    while (sweeping.exchange(true, std::memory_order_acquire)) Policy::spin_wait();
+    const bool found = sweep_oldest_first(device, out, busy);
+    sweeping.store(false, std::memory_order_release);
+    return found;
+  }
+
+  template <class Busy>
+  bool sweep_oldest_first(int device, handle_type &out, Busy &busy) noexcept {
     // The snapshot is ours since take_all (acquire): relaxed reads and writes of the links. It is
     // linked from the last set aside: reversed, from the first.
     std::uint32_t oldest = kNilIndex;
@@ -579,6 +594,8 @@ class DeviceDepots {
   std::unique_ptr<Retired[]> retired_;
   // Busy handles set aside (see the rationale): the same counted stack of magazines as the retired.
   std::unique_ptr<Retired[]> set_aside_;
+  // Per device, whether a Get is sweeping the set-aside handles (one at a time; sweep_set_aside).
+  std::unique_ptr<CacheLinePadded<std::atomic<bool>>[]> sweeping_;
   // Per device, the handles the pool created or adopted and has neither destroyed nor let go of:
   // what max_kept bounds.
   std::unique_ptr<CacheLinePadded<std::atomic<std::uint64_t>>[]> kept_;

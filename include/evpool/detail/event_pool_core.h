@@ -608,7 +608,7 @@ class EventPoolCore final : private DeferredWork {
   // the wait, as it ends cudaStreamSynchronize's. If the pool holds none of the device's handles
   // at all (every one is leased or got), nothing the pool can see would end the wait: it throws.
   // "None" must hold over kEmptyRoundsAtCap rounds in a row: in one, another Get may have taken
-  // the busy ones out of sight for a moment (a sweep, a magazine it is asking).
+  // busy ones out of sight for a moment (a magazine of the depot it is asking).
   [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device) {
     run_deferred_work();  // a lease that outlived its pool may give a handle back
     handle_type handle;
@@ -620,7 +620,8 @@ class EventPoolCore final : private DeferredWork {
         if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
         return handle;
       }
-      const bool none_held = store.set_aside(device) == 0 && store.retired(device) == 0 && store.idle(device) == 0;
+      const bool none_held = store.set_aside(device) == 0 && !store.sweeping(device) && store.retired(device) == 0 &&
+                             store.idle(device) == 0;
       empty_rounds = none_held ? empty_rounds + 1 : 0;
       if (empty_rounds == kEmptyRoundsAtCap) throw_at_cap(device, store.max_kept());
       std::this_thread::sleep_for(pause);
