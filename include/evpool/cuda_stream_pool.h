@@ -8,14 +8,13 @@
 // - a stream is leased exclusively: no other caller gets it until its lease ends, so one
 //   caller's work never queues behind another's (a round-robin pool, PyTorch's or RMM's, hands
 //   the same stream to many callers at once);
-// - Get never hands out a stream whose work is still pending. Each hand-back enqueues a write of a
-//   sequence number behind the holder's work (the stream's mark), and Get reads the mark from host
-//   memory: no driver call on the Get, one enqueue on the hand-back (cuda_stream_backend.h). A
-//   Get takes the first idle stream of the thread's cache, then of the depot, where the busy
-//   streams it meets are set aside and swept when nothing else is idle, and creates only when
-//   every stream it can reach is busy (detail/event_pool_core.h, take_older_or_bypass;
-//   detail/device_depots.h, take_idle). A pool built with StreamReuse::kAtOnce marks and reads
-//   nothing, for callers that hand their streams back synchronised.
+// - Get never hands out a stream whose work is still pending: it asks (a driver query) the
+//   thread's newest cached stream, then the oldest of each of its magazines, then the depot's,
+//   where the busy streams it meets are set aside and asked again when nothing else is idle, and
+//   creates only when every stream of the depot and set aside is busy (detail/event_pool_core.h,
+//   take_older_or_bypass; detail/device_depots.h, take_idle). Asking is serialised in the driver
+//   (cuda_stream_backend.h): a pool built with StreamReuse::kAtOnce asks nothing, for callers
+//   that hand their streams back synchronised.
 // - a cap per device bounds the streams the pool keeps (pool_cap.h).
 // - pools are keyed by flags and priority (instance_for), as event pools by flags.
 // Deliberate differences from DALI: a lease may outlive its pool (DALI asserts it does not);
@@ -114,9 +113,11 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   /// stream when Get returns (see the header's comment); with kAtOnce, whatever its last holder
   /// left queued may still be. The caller may assume nothing else about it (its last holder may
   /// have left it in any state CUDA allows, for example with an attribute changed).
-  /// Thread-safe. Lock-free when an idle stream exists, and asks no driver for it; a miss calls
-  /// cudaStreamCreateWithPriority. At the cap it waits for a busy stream of the pool's to complete
-  /// (blocking; the GPU ends the wait). Throws std::out_of_range for a device outside
+  /// Thread-safe. Lock-free when an idle stream exists in the thread's cache or the depot, apart
+  /// from its query (or a few: the driver serialises them); otherwise it may wait for another
+  /// thread's sweep of the streams set aside busy (a few queries), and a miss calls
+  /// cudaStreamCreateWithPriority. At the cap it waits for a busy stream of the pool's to
+  /// complete (blocking; the GPU ends the wait). Throws std::out_of_range for a device outside
   /// [0, device_count()), PoolCapReached at the cap with every stream of the device out, and
   /// CUDAError; then the pool is unchanged.
   CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
