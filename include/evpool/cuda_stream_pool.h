@@ -124,9 +124,8 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
 
   /// Returns `stream` to the pool, filed under `device_id`; with -1, under the device the stream
   /// was created on, or, for an adopted handle, the device cudaStreamGetDevice names. Work may
-  /// still be pending on it: Get will not hand it out until that work is done. Enqueues the
-  /// stream's mark (one stream memory write; with kWhenIdle). A stream must not be handed back
-  /// while it is being captured.
+  /// still be pending on it: Get will not hand it out until that work is done. A stream must not
+  /// be handed back while it is being captured.
   /// Throws, before taking ownership (the caller still owns `stream`), std::invalid_argument for an
   /// empty stream or a `device_id` that contradicts the stream's device, and what
   /// BasicEventPool::Put throws.
