@@ -248,7 +248,8 @@ TEST(StreamPoolOnGpu, AStreamDestroyedBusyLeavesNothingToTheNextStreamWithItsHan
   std::printf("[ streams  ] %d of 50 rounds gave the destroyed stream's handle to the next stream\n", reused);
 }
 
-// A cap: Get at the cap waits for a busy stream of the pool's, and the pool never keeps more.
+// A cap: Get at the cap waits for a busy stream of the pool's, or for a hand-back, and the pool
+// never keeps more.
 TEST(StreamPoolOnGpu, AtTheCapGetWaitsForABusyStream) {
   EVPOOL_REQUIRE_GPU();
   CUDAStreamPool pool(cudaStreamNonBlocking, 0, kUnlimitedIdle, Checks::kDefault, StreamReuse::kWhenIdle, 4);
@@ -263,7 +264,15 @@ TEST(StreamPoolOnGpu, AtTheCapGetWaitsForABusyStream) {
   EXPECT_LE(pool.stats().total().created, 4u);
   std::vector<CUDAStreamLease> all;
   while (all.size() < 4) all.push_back(pool.Get(0));
-  EXPECT_THROW((void)pool.Get(0), PoolCapReached);
+  const cudaStream_t handed_back = all.back().get();
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    all.back().reset();
+  });
+  CUDAStreamLease waited = pool.Get(0);  // every stream is out: waits for the hand-back
+  holder.join();
+  EXPECT_EQ(waited.get(), handed_back);
+  EXPECT_LE(pool.stats().total().created, 4u);
 }
 
 // Leases handed to other threads, which use and end them after the pool is gone.

@@ -117,9 +117,8 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   /// from its query (or a few: the driver serialises them); otherwise it may wait for another
   /// thread's sweep of the streams set aside busy (a few queries), and a miss calls
   /// cudaStreamCreateWithPriority. At the cap it waits for a busy stream of the pool's to
-  /// complete (blocking; the GPU ends the wait). Throws std::out_of_range for a device outside
-  /// [0, device_count()), PoolCapReached at the cap with every stream of the device out, and
-  /// CUDAError; then the pool is unchanged.
+  /// complete or one to be handed back (blocking, as on a semaphore; pool_cap.h). Throws std::out_of_range for a device outside
+  /// [0, device_count()) and CUDAError; then the pool is unchanged.
   CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
 
   /// Returns `stream` to the pool, filed under `device_id`; with -1, under the device the stream

@@ -198,9 +198,9 @@ class DeviceDepots {
         throw;
       }
       Magazine &magazine = arena_[index];
+      bool at_cap = false;  // Reserve stops at the cap, as Get does
       try {
-        while (magazine.count < places) {
-          magazine.handles[magazine.count] = create(device);
+        while (magazine.count < places && !(at_cap = !create_within_cap(device, magazine.handles[magazine.count]))) {
           if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count]);
           ++magazine.count;
         }
@@ -211,6 +211,14 @@ class DeviceDepots {
         else
           depot.give_reserved(index, arena_);
         throw;
+      }
+      if (at_cap) {
+        depot.release_places(places - magazine.count, max_idle_);
+        if (magazine.empty())
+          depot.give_empty(index, arena_);
+        else
+          depot.give_reserved(index, arena_);
+        return;
       }
       depot.give_reserved(index, arena_);
       count -= places;
@@ -323,6 +331,38 @@ class DeviceDepots {
       set_aside_one(device, out);
     }
     return false;
+  }
+
+  /// Asks the magazine of handles set aside longest ago, unless a sweep runs: its idle ones go to
+  /// the depot (under the idle limit; the rest are retired), its busy ones back set aside, on top,
+  /// so that the next call asks the next oldest. A Get off its fast path calls it, so that handles
+  /// set aside in a burst do not stay set aside, out of the idle limit, once their work is done,
+  /// when no Get misses the depot to sweep them.
+  template <class Busy>
+  void tidy_set_aside(int device, Busy &&busy) noexcept {
+    if (set_aside_[device].empty()) return;
+    std::atomic<bool> &sweeping = sweeping_[device].value;
+    // Acquire/release as in sweep_set_aside; a sweep in progress does the tidying.
+    if (sweeping.exchange(true, std::memory_order_acquire)) return;
+    const std::uint32_t oldest = reversed(set_aside_[device].take_all(arena_));
+    Batch now_idle(*this, device, &DeviceDepots::return_filled);
+    if (oldest != kNilIndex) {
+      Magazine &magazine = arena_[oldest];
+      std::uint32_t still_busy = 0;
+      for (std::uint32_t i = 0; i < magazine.count; ++i) {
+        if (busy(magazine.handles[i]))
+          magazine.handles[still_busy++] = magazine.handles[i];
+        else
+          now_idle.add(magazine.handles[i]);
+      }
+      magazine.count = still_busy;
+      give_back_set_aside(device, magazine.next.load(std::memory_order_relaxed));
+      if (magazine.empty())
+        depots_[device].give_empty(oldest, arena_);
+      else
+        set_aside_magazine(device, oldest);
+    }
+    sweeping.store(false, std::memory_order_release);
   }
 
   /// Handles set aside busy (for stats(); exact once no call is in progress).
@@ -500,15 +540,7 @@ class DeviceDepots {
 
   template <class Busy>
   bool sweep_oldest_first(int device, handle_type &out, Busy &busy) noexcept {
-    // The snapshot is ours since take_all (acquire): relaxed reads and writes of the links. It is
-    // linked from the last set aside: reversed, from the first.
-    std::uint32_t oldest = kNilIndex;
-    for (std::uint32_t index = set_aside_[device].take_all(arena_); index != kNilIndex;) {
-      const std::uint32_t next = arena_[index].next.load(std::memory_order_relaxed);
-      arena_[index].next.store(oldest, std::memory_order_relaxed);
-      oldest = index;
-      index = next;
-    }
+    const std::uint32_t oldest = reversed(set_aside_[device].take_all(arena_));
     bool found = false;
     for (std::uint32_t index = oldest; index != kNilIndex;) {
       Magazine &magazine = arena_[index];
@@ -527,6 +559,29 @@ class DeviceDepots {
       index = next;
     }
     return found;
+  }
+
+  // A chain of magazines taken with take_all (ours since its acquire: relaxed reads and writes of
+  // the links), linked from the last given, relinked from the first given; returns its head.
+  std::uint32_t reversed(std::uint32_t index) noexcept {
+    std::uint32_t first = kNilIndex;
+    while (index != kNilIndex) {
+      const std::uint32_t next = arena_[index].next.load(std::memory_order_relaxed);
+      arena_[index].next.store(first, std::memory_order_relaxed);
+      first = index;
+      index = next;
+    }
+    return first;
+  }
+
+  // Gives back a chain of set-aside magazines from `index` on, oldest first, so that the newest
+  // ends on top as it was.
+  void give_back_set_aside(int device, std::uint32_t index) noexcept {
+    while (index != kNilIndex) {
+      const std::uint32_t next = arena_[index].next.load(std::memory_order_relaxed);
+      set_aside_magazine(device, index);
+      index = next;
+    }
   }
 
   // Keeps `keep` of the device's depot events (the magazines stay as they were, the last one cut

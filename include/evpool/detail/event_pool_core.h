@@ -467,16 +467,21 @@ class EventPoolCore final : private DeferredWork {
 
   [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
     const int device = device_for_put(event, device_id);
+    // Under a cap, a Put brings a handle into the pool's keeping (Get took it out): counted before
+    // the handle is filed, where a Get could take it and uncount it first.
+    if (depots_.capped()) [[unlikely]]
+      depots_.count_kept(device, 1);
     bool kept;
     try {
       kept = keep(event.get(), device, adopted);
     } catch (const DoublePutError &) {
+      if (depots_.capped()) depots_.count_kept(device, -1);  // the pool's copy was counted already
       (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
+    } catch (...) {
+      if (depots_.capped()) depots_.count_kept(device, -1);  // the caller still owns it
+      throw;
     }
-    // Under a cap, a Put brings a handle into the pool's keeping (Get took it out).
-    if (depots_.capped()) [[unlikely]]
-      depots_.count_kept(device, 1);
     if (kept)
       (void)event.release();
     else
@@ -572,6 +577,10 @@ class EventPoolCore final : private DeferredWork {
   // (the end of a pool destroyed while leases were out destroys its events).
   void run_driver_work_on_the_way(int device) noexcept {
     depots_.destroy_retired(device, kRetiredDestroyedPerGet);
+    // Busy handles set aside in a burst are asked again, a magazine per such Get, so that once
+    // their work is done they go back under the idle limit (device_depots.h, tidy_set_aside).
+    if constexpr (kBusyHandles)
+      depots_.tidy_set_aside(device, [this](handle_type asked) noexcept { return is_busy(asked); });
     if (deferred_work_waiting()) run_deferred_work();
   }
 
@@ -604,30 +613,29 @@ class EventPoolCore final : private DeferredWork {
 
   // Every handle the device may keep exists, and none the Get could reach was idle. The caches of
   // every thread give theirs to the depot (a Trim that destroys nothing: they may hold idle ones),
-  // and the Get waits, asking again with growing pauses, for a busy one to complete: the GPU ends
-  // the wait, as it ends cudaStreamSynchronize's. If the pool holds none of the device's handles
-  // at all (every one is leased or got), nothing the pool can see would end the wait: it throws.
-  // "None" must hold over kEmptyRoundsAtCap rounds in a row: in one, another Get may have taken
-  // busy ones out of sight for a moment (a magazine of the depot it is asking).
-  [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device) {
-    run_deferred_work();  // a lease that outlived its pool may give a handle back
+  // at first and then every kRoundsBetweenFlushes rounds, and the Get waits, asking again with
+  // pauses growing to 1 ms, for a handle to be idle: a busy one whose work completes (the GPU ends
+  // the wait, as it ends cudaStreamSynchronize's), or one handed back. As on a semaphore, a thread
+  // that itself holds every handle of the cap and asks for one more waits for ever (pool_cap.h).
+  // No rule of the pool's own can tell that apart from handles that are out for a while, so the
+  // pool does not throw: a throw on "none held" failed correct programs whose Gets merely held the
+  // busy handles while asking them (docs/design.md).
+  [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device) noexcept {
     handle_type handle;
-    int empty_rounds = 0;
-    for (std::chrono::microseconds pause(1);; pause = std::min(2 * pause, kLongestPauseAtCap)) {
-      if constexpr (kCached) flush_every_cache();
+    for (std::uint64_t round = 0;; ++round) {
+      run_deferred_work();  // a lease that outlived its pool may give a handle back
+      if constexpr (kCached)
+        if (round % kRoundsBetweenFlushes == 0) flush_every_cache();
       if (take_idle_from_depot(store, device, handle)) return handle;
       if (store.create_within_cap(device, handle)) {  // one was destroyed or let go meanwhile
         if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
         return handle;
       }
-      const bool none_held = store.set_aside(device) == 0 && !store.sweeping(device) && store.retired(device) == 0 &&
-                             store.idle(device) == 0;
-      empty_rounds = none_held ? empty_rounds + 1 : 0;
-      if (empty_rounds == kEmptyRoundsAtCap) throw_at_cap(device, store.max_kept());
-      std::this_thread::sleep_for(pause);
+      std::this_thread::sleep_for(std::min(std::chrono::microseconds(std::uint64_t{1} << std::min<std::uint64_t>(round, 10)),
+                                           kLongestPauseAtCap));
     }
   }
-  static constexpr int kEmptyRoundsAtCap = 3;
+  static constexpr std::uint64_t kRoundsBetweenFlushes = 64;
   static constexpr std::chrono::microseconds kLongestPauseAtCap{1000};
 
   // Every cache's magazines go to the depots; the caches stay open.
@@ -636,13 +644,6 @@ class EventPoolCore final : private DeferredWork {
     auto lock = caches.lock();
     drain_caches(/*keep_events=*/true);
     caches.reopen_all();
-  }
-
-  [[noreturn, gnu::cold, gnu::noinline]] static void throw_at_cap(int device, std::size_t cap) {
-    throw PoolCapReached("evpool: Get on device " + std::to_string(device) + ": the pool keeps its cap of " +
-                         std::to_string(cap) +
-                         " per device, and every one is out (leased or got): none will become idle "
-                         "without a hand-back, so Get does not wait");
   }
 
   bool is_busy(handle_type handle) const noexcept {
