@@ -537,23 +537,24 @@ class EventPoolCore final : private DeferredWork {
     return handle;
   }
 
-  // A Get off its fast path may call the driver: it destroys a few retired events
-  // (retired_events.h) and runs the deferred work (deferred_work.h), which may be another pool's
-  // (the end of a pool destroyed while leases were out destroys its events).
+  // A Get off its fast path may call the driver: it runs the deferred work (deferred_work.h), which
+  // may be another pool's (the end of a pool destroyed while leases were out destroys its events),
+  // and destroys the retired events that demand has shown surplus (retired_events.h), a few at
+  // most. Both after the Get took its event, so that its own demand counts.
   void run_driver_work_on_the_way(int device) noexcept {
-    depots_.destroy_retired(device, kRetiredDestroyedPerGet);
     if (deferred_work_waiting()) run_deferred_work();
+    depots_.destroy_surplus_retired(device);
   }
 
-  // Bypassing the cache.
+  // Bypassing the cache. Without caches, every Get: the only way the driver work is done.
   [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
     Depots &store = depots();
-    run_driver_work_on_the_way(device);  // without caches, every Get: the only way it is done
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
       handle = store.create(device);  // may throw: nothing held
       if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
+    run_driver_work_on_the_way(device);
     if constexpr (kCountCalls) store.counts(device).gets.fetch_add(1, std::memory_order_relaxed);
     if (store.checker()) store.checker()->on_handed_out(device, handle);
     if (leases != 0) count_leases(leases);
