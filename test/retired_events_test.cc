@@ -48,6 +48,8 @@ class RetiredEvents : public ::testing::Test {
 
   // One thread's Gets and Puts on device 0, with what the bound needs: the most events out at once.
   struct Driver {
+    Driver(Pool &pool_to_drive, Backend &its_backend) : pool(pool_to_drive), backend(its_backend) {}
+
     Pool &pool;
     Backend &backend;
     std::vector<Event> out;
@@ -106,7 +108,9 @@ TYPED_TEST(RetiredEvents, ASteadyCycleCreatesAndDestroysNothingAfterItsFirstRoun
     round();
     const std::uint64_t created = backend.created();
     ASSERT_GE(created, c.got);
-    if (c.got > bound) ASSERT_GT(pool.retired_events(0), 0u) << "the cycle retires nothing: it tests nothing";
+    if (c.got > bound) {
+      ASSERT_GT(pool.retired_events(0), 0u) << "the cycle retires nothing: it tests nothing";
+    }
     for (int n = 2; n <= 10; ++n) {
       round();
       const std::string what = "round " + std::to_string(n) + " of " + std::to_string(c.got) + ", limit " +
