@@ -533,28 +533,29 @@ class EventPoolCore final : private DeferredWork {
     }
     const handle_type handle = take_and_exit(cache, magazines, device, leases);
     // Outside the owner section: deferred work may end leases of this very pool.
-    run_driver_work_on_the_way(device);
+    run_deferred_work_on_the_way();
+    depots_.destroy_surplus_retired(device);
     return handle;
   }
 
-  // A Get off its fast path may call the driver: it runs the deferred work (deferred_work.h), which
+  // A Get off its fast path may call the driver. It runs the deferred work (deferred_work.h), which
   // may be another pool's (the end of a pool destroyed while leases were out destroys its events),
-  // and destroys the retired events that demand has shown surplus (retired_events.h), a few at
-  // most. Both after the Get took its event, so that its own demand counts.
-  void run_driver_work_on_the_way(int device) noexcept {
+  // and, once it took its event (so that its own demand counts), destroys the retired events that
+  // demand has shown surplus, a few at most (DeviceDepots::destroy_surplus_retired).
+  static void run_deferred_work_on_the_way() noexcept {
     if (deferred_work_waiting()) run_deferred_work();
-    depots_.destroy_surplus_retired(device);
   }
 
   // Bypassing the cache. Without caches, every Get: the only way the driver work is done.
   [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
     Depots &store = depots();
+    run_deferred_work_on_the_way();  // first: what it gives back to this pool, this Get may take
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
       handle = store.create(device);  // may throw: nothing held
       if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
-    run_driver_work_on_the_way(device);
+    store.destroy_surplus_retired(device);
     if constexpr (kCountCalls) store.counts(device).gets.fetch_add(1, std::memory_order_relaxed);
     if (store.checker()) store.checker()->on_handed_out(device, handle);
     if (leases != 0) count_leases(leases);
