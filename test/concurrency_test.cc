@@ -9,6 +9,8 @@
 // - every Get(d) returns an event that records d and whose token was created on d;
 // - streams: no Get returns a token that is still busy;
 // - none is lost: once the threads stop, created = destroyed + idle + held.
+// Some scenarios put an idle limit on the pool, so that events are retired, reused and destroyed
+// as surplus by threads at once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <mutex>
 #include <ostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,6 +27,7 @@
 
 #include "evpool/basic_event_pool.h"
 #include "evpool/host_backend.h"
+#include "evpool/pool_checks.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
 
@@ -79,10 +83,15 @@ struct Scenario {
   bool purges;           // Purge runs among Gets and Puts
   bool cached;           // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
   bool streams = false;  // HostStreamBackend
+  // Per device: over it, Puts retire events, and Gets reuse them or destroy those found surplus
+  // (detail/retired_events.h).
+  std::size_t idle_limit = kUnlimitedIdle;
   std::string name() const {
     return std::string(streams ? "streams_" : "") + std::to_string(threads) + "threads_" +
            std::to_string(devices) + "devices" + (faults ? "_faults" : "") + (handoff ? "_handoff" : "") +
-           (purges ? "_purges" : "") + test::policy_suffix(cached);
+           (purges ? "_purges" : "") +
+           (idle_limit != kUnlimitedIdle ? "_limit" + std::to_string(idle_limit) : std::string()) +
+           test::policy_suffix(cached);
   }
 };
 
@@ -97,7 +106,7 @@ void run_scenario(const Scenario &scenario) {
   Backend backend(scenario.devices);
   if (scenario.faults)
     backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt % 5 == 0; });
-  Pool pool(backend);
+  Pool pool(backend, Backend::kDefaultOptions, scenario.idle_limit);
   Ledger ledger(static_cast<std::size_t>(scenario.threads) * operations + 1);
 
   std::mutex handoff_mutex;
@@ -211,12 +220,42 @@ std::vector<Scenario> scenarios() {
     all.push_back({8, 2, false, true, false, cached});
     for (int threads : {4, 16, 64}) all.push_back({threads, 4, true, true, true, cached, /*streams=*/true});
     all.push_back({16, 1, false, false, false, cached, /*streams=*/true});
+    all.push_back({8, 2, false, true, false, cached, false, /*idle_limit=*/4});
+    all.push_back({16, 1, true, true, true, cached, false, /*idle_limit=*/2});
+    all.push_back({8, 2, true, true, true, cached, /*streams=*/true, /*idle_limit=*/4});
   }
   return all;
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, PoolConcurrency, testing::ValuesIn(scenarios()),
                          [](const auto &info) { return info.param.name(); });
+
+// Checked pools ask each other about every handle they have no record of (detail/event_checker.h):
+// threads make and destroy checked pools while the others' Puts of bare tokens that no pool handed
+// out walk the list of checkers. Every such Put is accepted, every event is destroyed once, and no
+// pool's end meets a walk on its checker.
+TEST(CheckedPoolsConcurrency, PoolsMadeAndDestroyedWhileOthersAskThemAboutHandles) {
+  HostBackend backend(1);
+  constexpr int kThreads = 4, kRounds = 200;
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      for (int round = 0; round < kRounds; ++round) {
+        BasicEventPool<HostBackend> pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+        Event own = pool.Get(0);
+        try {
+          pool.Put(backend.adopt(backend.create(0, 0), -1));  // no pool handed it out: every other is asked
+          pool.Put(std::move(own));
+        } catch (const std::invalid_argument &) {
+          refused.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  for (std::thread &thread : threads) thread.join();
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_EQ(backend.created(), backend.destroyed());
+}
 
 }  // namespace
 }  // namespace evpool

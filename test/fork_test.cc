@@ -5,7 +5,9 @@
 // a Put or a Get when another one forked). HostBackend's tokens carry serial numbers, so a child
 // can tell its parent's events from its own; its copy of the backend counts its own destroys.
 // What pthread_atfork, and so this guard, cannot see (vfork, raw clone, _Fork): docs/fork.md.
+#include <signal.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -443,6 +445,80 @@ TEST(PoolAfterFork, AForkInsideTheSlowLookupAfterItsCheckStillForgetsTheParentsE
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the child's Get handed out its parent's event after a fork inside the lookup";
   pool.Put(std::move(event));
+}
+
+// A fork() from a signal handler that lands inside hint(), on the thread that is setting the hint:
+// the child's handler clears both hints, and the resumed hint() may write its copy of the old
+// first hint back as the second, for a pool whose lookup made no check in the child. hint() reads
+// the fork generation again after its writes and clears the hints if it changed. The fork is made
+// at each instruction of hint() in turn: the thread single-steps through it (x86-64's trap flag:
+// each step raises SIGTRAP), and the handler forks at the chosen step (also at the few steps
+// around the call, where the child's handler alone clears what it must). In each child, a Get of
+// the pool that the first hint named must make the fork check, and so not hand out its parent's
+// event. Without the second read, the fork between hint()'s copy of the first hint and its store
+// into the second is the one that fails.
+#if defined(__x86_64__)
+volatile sig_atomic_t steps_to_fork = 0;
+volatile pid_t stepped_child = -1;  // in the parent: the child's pid, or -1; in the child: 0
+
+void fork_at_chosen_step(int, siginfo_t *, void *context) {
+  if (steps_to_fork == 0) return;
+  steps_to_fork = steps_to_fork - 1;
+  if (steps_to_fork != 0) return;
+  stepped_child = fork();
+  static_cast<ucontext_t *>(context)->uc_mcontext.gregs[REG_EFL] &= ~0x100LL;  // no more steps, in either
+}
+
+void start_stepping() { asm volatile("pushfq\n\torq $0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc"); }
+void stop_stepping() { asm volatile("pushfq\n\tandq $~0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc"); }
+#endif
+
+TEST(PoolAfterFork, AForkInsideHintLeavesTheChildNoHintItsLookupDidNotCheck) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "single-steps with x86-64's trap flag";
+#else
+  if (test::OwnersFenceFully::kUnderTsan)
+    GTEST_SKIP() << "under ThreadSanitizer the steps would fork inside its runtime";
+  HostBackend backend(1);
+  Pool first(backend), looked_up(backend);
+  detail::ThreadCacheDirectory &directory = detail::this_thread_caches;
+  fill(first, 0, 4);  // 4 idle in this thread's cache for `first`; its lookup hinted it
+  const detail::ThreadCacheDirectory::Entry first_hint = directory.hints[0];
+  looked_up.Put(looked_up.Get(0));
+  const detail::ThreadCacheDirectory::Entry looked_up_hint = directory.hints[0];
+  ASSERT_NE(first_hint.pool_id, looked_up_hint.pool_id);
+  const std::uint64_t created = backend.created();
+  struct sigaction action = {}, previous = {};
+  action.sa_sigaction = &fork_at_chosen_step;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(sigaction(SIGTRAP, &action, &previous), 0);
+  std::string failed;  // "step:status" of each child that failed
+  int step = 1;
+  for (;; ++step) {
+    directory.hints[0] = first_hint;
+    directory.hints[1] = looked_up_hint;
+    stepped_child = -1;
+    steps_to_fork = step;
+    start_stepping();
+    directory.hint(looked_up_hint.pool_id, looked_up_hint.cache);  // the lookup of `looked_up` sets its hint
+    stop_stepping();
+    steps_to_fork = 0;
+    if (stepped_child == 0) {  // the child: its Get of `first` must make the fork check
+      HostBackend::Event event = first.Get(0);
+      _exit(HostBackend::serial_of(event.release()) <= created ? 1 : 0);  // 1: a parent's token
+    }
+    if (stepped_child == -1) break;  // hint() ended before this step: every step was tried
+    int status = 0;
+    waitpid(stepped_child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failed += " " + std::to_string(step) + ":" + std::to_string(status);
+  }
+  sigaction(SIGTRAP, &previous, nullptr);
+  std::printf("[ forked   ] a child at each of %d steps around hint()\n", step - 1);
+  EXPECT_GT(step, 4) << "too few steps: hint() was not stepped through";
+  EXPECT_EQ(failed, "") << "a child's Get of the first hint's pool handed out its parent's event (step:status)";
+#endif
 }
 
 TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParentsEvents) {

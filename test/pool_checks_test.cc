@@ -1,5 +1,6 @@
-// Checked mode (pool_checks.h): double Puts refused with the pool left consistent, outstanding
-// events reported when a pool's state is destroyed, and the environment variable.
+// Checked mode (pool_checks.h): double Puts refused with the pool left consistent, Puts of another
+// checked pool's events refused, outstanding events reported when a pool's state is destroyed, and
+// the environment variable.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -205,6 +206,85 @@ TEST(CheckedPool, DoublePutsRacingWithOtherThreadsGetsLeaveThePoolConsistent) {
     expect_no_event_idle_twice(pool, backend, 1);
   }
   EXPECT_EQ(backend.created(), backend.destroyed()) << "every event created was destroyed once";
+}
+
+// Across pools (event_checker.h): a Put of an event that another checked pool handed out is
+// refused, whether the event still records its device or was wrapped bare again (adopted); the
+// caller keeps it, and both pools stay consistent.
+TEST(CheckedPool, AnEventHandedOutByAnotherCheckedPoolIsRefusedAndTheCallerKeepsIt) {
+  HostBackend backend(1);
+  Pool lender(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  Pool other(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  for (const bool bare : {false, true}) {
+    Event event = lender.Get(0);
+    const Token token = event.get();
+    if (bare) event = backend.adopt(event.release(), -1);
+    try {
+      other.Put(std::move(event));
+      ADD_FAILURE() << "another pool's event was accepted (" << (bare ? "adopted" : "as got") << ")";
+    } catch (const DoublePutError &) {
+      ADD_FAILURE() << "refused as a double Put: the caller's event was emptied";
+    } catch (const std::invalid_argument &error) {
+      EXPECT_THAT(error.what(), HasSubstr("Put of event " + std::to_string(token) +
+                                          " under device 0 into a pool "
+                                          "that never handed it out: another checked pool handed it out"));
+      EXPECT_THAT(error.what(), HasSubstr("the caller still owns the event"));
+    }
+    ASSERT_TRUE(event) << "the caller still owns the event";
+    Event fresh = other.Get(0);
+    EXPECT_NE(fresh.get(), token) << "the refused event went into the other pool";
+    other.Put(std::move(fresh));
+    lender.Put(std::move(event));  // where it belongs: accepted
+  }
+  lender.Purge();
+  other.Purge();
+  EXPECT_EQ(backend.created(), backend.destroyed()) << "both pools are consistent after the refusals";
+}
+
+// A duplicate of an event idle in another checked pool is a double Put there: refused, emptied
+// without destroying the handle, which that pool holds.
+TEST(CheckedPool, ADuplicateOfAnEventIdleInAnotherCheckedPoolIsADoublePut) {
+  HostBackend backend(1);
+  Pool holder(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  Pool other(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  const Token token = holder.Get(0).release();
+  holder.Put(backend.adopt(token, 0));
+  Event duplicate = backend.adopt(token, -1);
+  try {
+    other.Put(std::move(duplicate));
+    ADD_FAILURE() << "a duplicate of an event idle in another pool was accepted";
+  } catch (const DoublePutError &error) {
+    EXPECT_THAT(error.what(), HasSubstr("event " + std::to_string(token) +
+                                        " under device 0, which is idle in "
+                                        "another checked pool under device 0"));
+  }
+  EXPECT_FALSE(duplicate) << "the duplicate is emptied";
+  EXPECT_EQ(backend.destroyed(), 0u) << "the other pool's idle copy was destroyed through the duplicate";
+  Event fresh = other.Get(0);
+  EXPECT_NE(fresh.get(), token) << "both pools hold the event";
+  other.Put(std::move(fresh));
+  EXPECT_EQ(holder.Get(0).release(), token);
+  holder.Put(backend.adopt(token, 0));
+}
+
+// What must still be accepted: a bare handle that no pool handed out, and an event whose pool is
+// gone (its checker left the list with it).
+TEST(CheckedPool, AdoptedHandlesThatNoLivePoolHandedOutAreStillAccepted) {
+  HostBackend backend(1);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  Pool bystander(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  Event bystanders = bystander.Get(0);  // another checked pool with an event out
+  pool.Put(backend.adopt(backend.create(0, 0), -1));
+  Event orphan;
+  testing::internal::CaptureStderr();
+  {
+    Pool gone(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+    orphan = gone.Get(0);
+  }  // reports `orphan` as outstanding
+  (void)testing::internal::GetCapturedStderr();
+  pool.Put(std::move(orphan));
+  EXPECT_EQ(pool.stats().devices[0].idle, 2u);
+  bystander.Put(std::move(bystanders));
 }
 
 TEST(CheckedPool, OutstandingEventsAreReportedWithWhereTheyWereGot) {

@@ -89,7 +89,9 @@ class BasicEventPool {
   /// - std::out_of_range if the device is outside [0, device_count());
   /// - std::bad_alloc if no node can be allocated.
   /// In checked mode, throws DoublePutError (a std::invalid_argument) if the event is already idle
-  /// in the pool; then the pool keeps its copy and `event` is emptied without being destroyed.
+  /// in the pool, or in another checked pool; then that pool keeps its copy and `event` is emptied
+  /// without being destroyed. Throws std::invalid_argument, before taking ownership, if another
+  /// checked pool handed the event out and has not had it back.
   [[gnu::always_inline]] void Put(event_type &&event, int device_id = -1) {
     core_->Put(std::move(event), device_id);
   }

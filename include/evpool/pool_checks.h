@@ -25,7 +25,14 @@
 //     (instance(), instance_for()) report at exit. Without checks the report gives the counts alone.
 //   - a Put under a device that contradicts the event's own stays an error, as without checks;
 //     and a bare handle the pool handed out for one device, put under another, is refused with
-//     std::invalid_argument (the caller still owns it).
+//     std::invalid_argument (the caller still owns it);
+//   - a Put of an event that another checked pool handed out and has not had back, bare or not:
+//     refused with std::invalid_argument naming the handle and the stack of that pool's Get (the
+//     caller still owns it); one that another checked pool holds idle is a double Put there
+//     (DoublePutError). A bare handle that no checked pool handed out is accepted as from outside.
+//     Checked pools ask each other (detail/event_checker.h): a pool that is not checked cannot
+//     answer, and an event destroyed by its holder instead of put back counts as its pool's until
+//     that pool is destroyed.
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"

@@ -9,9 +9,10 @@
 // destroy, the destroyed counter and checked mode's forgetting go together there, so that no
 // route destroys an event and forgets one of the three.
 //
-// Only calls that may call the driver destroy: Trim, Purge, the pool's end, and a Get that refills
-// its cache (a few events at most). What a Put or the end of a lease cannot keep is retired
-// instead (retired_events.h says where retired events go, and the bound on them).
+// Only calls that may call the driver destroy: Trim, Purge, the pool's end, and a Get off its fast
+// path (a few retired events that demand has shown surplus, at most). What a Put or the end of a
+// lease cannot keep is retired instead (retired_events.h says where retired events go, when they
+// are surplus, and the bound on them).
 //
 // Handles that can be busy (streams: BusyHandleBackend) add a third place per device, the busy
 // ones set aside: a Get that looks for an idle handle in the depot moves every busy one it meets
@@ -265,9 +266,11 @@ class DeviceDepots {
     return true;
   }
 
-  /// Destroys up to `most` retired events of the device.
-  void destroy_retired(int device, std::uint32_t most) noexcept {
-    while (most > 0) {
+  /// A Get off its fast path, after it took its event: destroys the device's retired events that
+  /// demand has shown surplus (retired_events.h), at most kRetiredDestroyedPerGet.
+  void destroy_surplus_retired(int device) noexcept {
+    const std::uint64_t idle_bound = max_idle_ == kUnlimitedIdle ? 0 : max_idle_;
+    for (std::uint32_t most = retired_[device].surplus_after_get(idle_bound, kRetiredDestroyedPerGet); most > 0;) {
       const std::uint32_t index = retired_[device].take(arena_);
       if (index == kNilIndex) return;
       Magazine &magazine = arena_[index];

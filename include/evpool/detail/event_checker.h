@@ -12,21 +12,49 @@
 // the only way the driver reuses a handle value, so every destruction by the pool erases the
 // handle's record (a later event with the same value starts afresh). Recording needs memory; when
 // none can be had the record is dropped, and the event is then treated as one from outside.
+//
+// Across pools. A Put of a handle that another pool handed out (and has not had back) or holds
+// idle must be refused too: accepted, the two pools would hand one event to two holders. The
+// event owner cannot tell: CUDAEvent records a device, not a pool, and a bare handle wrapped by
+// the caller (an adopted one) records nothing, yet an adopted handle is exactly the case to catch
+// when another pool handed it out, and to accept when no pool did. So the checked pools ask each
+// other: each one's checker is on a process-wide list of the checkers of its handle type, and a
+// Put of a handle this pool has no record of asks every other checker on the list, under that
+// checker's own lock. Handles are compared by value, which CUDA keeps unique among live events
+// and streams; an event its holder destroyed instead of putting back (checked mode reports it as
+// outstanding) therefore still names its pool until that pool is destroyed. The list costs
+// unchecked pools nothing, and a checked Put of an unknown handle one lookup per checked pool.
+// Pools whose code was compiled into different shared objects with hidden symbols may keep
+// different lists, and do not see each other.
+//
+// The list's lock is never taken while a checker's lock is held, and a walk holds it while it
+// locks each checker in turn: so no two locks are ever waited for in both orders, and a checker
+// leaves the list (its destructor) only when no walk is on it. A fork() child may inherit the list
+// locked by a thread that does not exist there: the lock word holds the fork generation of its
+// holder, and a thread takes over a hold of another generation (the holder's copy, resumed where
+// the fork came from a signal handler on its thread, then finds it taken and leaves it). A
+// checker that has not yet forgotten its parent's records in the child is skipped: its lock may be
+// a vanished thread's, and its records are of the parent's events.
 #pragma once
 
 #include <execinfo.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
+#include "evpool/detail/fork_guard.h"
 #include "evpool/pool_checks.h"
 
 namespace evpool::detail {
@@ -35,8 +63,23 @@ template <class Handle>
 class EventChecker {
  public:
   /// Thread-safety: every member may be called by any number of threads at once, except
-  /// forget_all_in_child (a fork child's one forgetting thread). Blocking (one mutex).
-  EventChecker() = default;
+  /// forget_all_in_child (a fork child's one forgetting thread). Blocking (its own mutex, and the
+  /// list of checkers: see the rationale).
+  EventChecker() noexcept {
+    const ListLock list;
+    next_ = checkers_;
+    checkers_ = this;
+  }
+  ~EventChecker() {
+    const ListLock list;
+    for (EventChecker **link = &checkers_; *link != nullptr; link = &(*link)->next_)
+      if (*link == this) {
+        *link = next_;
+        break;
+      }
+  }
+  EventChecker(const EventChecker &) = delete;
+  EventChecker &operator=(const EventChecker &) = delete;
 
   /// `handle` was handed out by a Get or a lease: outstanding, with the caller's stack.
   void on_handed_out(int device, Handle handle) noexcept {
@@ -48,19 +91,24 @@ class EventChecker {
   }
 
   /// `handle` is being put back under `device`. Throws DoublePutError if it is already idle in
-  /// the pool, under any device; std::invalid_argument if the pool handed it out for another
-  /// device. Nothing changed then.
+  /// the pool, under any device, or in another checked pool; std::invalid_argument if the pool
+  /// handed it out for another device, or another checked pool handed it out. Nothing changed then.
   void on_put(int device, Handle handle) {
-    std::lock_guard lock(lock_);
-    auto found = records_.find(handle);
-    if (found != records_.end()) {
-      if (found->second.idle) throw_double_put(found->second.device, device, handle);
-      if (found->second.device != device) throw_other_device(found->second.device, device, handle);
-      found->second.idle = true;
-      return;
+    {
+      std::lock_guard lock(lock_);
+      if (const auto found = records_.find(handle); found != records_.end())
+        return put_back(found->second, device, handle);
     }
+    // Unknown here, and asked of the others without this pool's lock (see the rationale).
+    if (const std::optional<Record> elsewhere = record_in_another_pool(handle)) {
+      if (elsewhere->idle) throw_idle_in_another_pool(elsewhere->device, device, handle);
+      throw_handed_out_by_another_pool(*elsewhere, device, handle);
+    }
+    std::lock_guard lock(lock_);
     try {
-      records_.emplace(handle, Record{.device = device});  // an event from outside, now idle
+      // An event from outside, now idle; unless a Put of the same handle came first meanwhile.
+      if (const auto [found, added] = records_.try_emplace(handle, Record{.device = device}); !added)
+        put_back(found->second, device, handle);
     } catch (const std::bad_alloc &) {
     }
   }
@@ -84,6 +132,8 @@ class EventChecker {
     ::new (&records_) Records();
     lock_.~mutex();
     ::new (&lock_) std::mutex();
+    // Release: a walk that sees the child's generation (acquire) sees the lock and table anew.
+    generation_.store(fork_generation(), std::memory_order_release);
   }
 
   /// The events still outstanding, per device, each with the stack of the Get that handed it out;
@@ -119,6 +169,26 @@ class EventChecker {
   };
   using Records = std::unordered_map<Handle, Record>;
 
+  // A Put of a handle the pool knows: refused as on_put says, or it is idle again.
+  static void put_back(Record &record, int device, Handle handle) {
+    if (record.idle) throw_double_put(record.device, device, handle);
+    if (record.device != device) throw_other_device(record.device, device, handle);
+    record.idle = true;
+  }
+
+  // What another checked pool of this process records of `handle`, if any does.
+  std::optional<Record> record_in_another_pool(Handle handle) const {
+    const ListLock list;
+    for (const EventChecker *other = checkers_; other != nullptr; other = other->next_) {
+      // Acquire: pairs with forget_all_in_child's release.
+      if (other == this || other->generation_.load(std::memory_order_acquire) != fork_generation()) continue;
+      std::lock_guard lock(other->lock_);
+      if (const auto found = other->records_.find(handle); found != other->records_.end())
+        return found->second;
+    }
+    return std::nullopt;
+  }
+
   void remember(Handle handle, const Record &record) noexcept {
     std::lock_guard lock(lock_);
     try {
@@ -147,7 +217,59 @@ class EventChecker {
                                 std::to_string(handed_out_for) + "; the caller still owns the event");
   }
 
-  std::mutex lock_;
+  [[noreturn, gnu::cold]] static void throw_idle_in_another_pool(int idle_under, int device, Handle handle) {
+    throw DoublePutError("evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device) +
+                         ", which is idle in another checked pool under device " + std::to_string(idle_under) +
+                         " (a double Put); that pool keeps its copy, and the caller's duplicate was emptied "
+                         "without destroying the handle");
+  }
+
+  [[noreturn, gnu::cold]] static void throw_handed_out_by_another_pool(const Record &record, int device,
+                                                                       Handle handle) {
+    std::string text = "evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device);
+    text += " into a pool that never handed it out: another checked pool handed it out for device ";
+    text += std::to_string(record.device) + " and has not had it back; the caller still owns the event. Got at:";
+    char **symbols = ::backtrace_symbols(record.stack.data(), record.depth);
+    for (int frame = 0; frame < record.depth; ++frame)
+      text += std::string("\n  ") + (symbols != nullptr ? symbols[frame] : "?");
+    std::free(symbols);
+    throw std::invalid_argument(text);
+  }
+
+  // The list's lock (see the rationale): 0 free, else the holder's fork generation plus 1.
+  class ListLock {
+   public:
+    ListLock() noexcept {
+      for (std::uint64_t held = word_.load(std::memory_order_relaxed);;) {
+        // Acquire on success: what the previous holder did under the lock is visible to us.
+        if (held != mine_ &&
+            word_.compare_exchange_weak(held, mine_, std::memory_order_acquire, std::memory_order_relaxed))
+          return;
+        if (held == mine_) {  // held in this process: wait for it
+          std::this_thread::yield();
+          held = word_.load(std::memory_order_relaxed);
+        }
+      }
+    }
+    ~ListLock() {
+      // Release: publishes what we did under the lock. Only our own hold: in a fork child the
+      // lock may have been taken over since (see the rationale).
+      std::uint64_t mine = mine_;
+      (void)word_.compare_exchange_strong(mine, 0, std::memory_order_release, std::memory_order_relaxed);
+    }
+    ListLock(const ListLock &) = delete;
+    ListLock &operator=(const ListLock &) = delete;
+
+   private:
+    const std::uint64_t mine_ = std::uint64_t{fork_generation()} + 1;
+    static inline std::atomic<std::uint64_t> word_{0};
+  };
+
+  static inline EventChecker *checkers_ = nullptr;  // the list, under ListLock
+  EventChecker *next_ = nullptr;                    // under ListLock
+  // The fork generation whose events the records are of (see forget_all_in_child).
+  std::atomic<std::uint32_t> generation_{fork_generation()};
+  mutable std::mutex lock_;
   Records records_;
 };
 

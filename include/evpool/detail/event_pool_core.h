@@ -568,26 +568,32 @@ class EventPoolCore final : private DeferredWork {
     }
     const handle_type handle = take_and_exit(cache, magazines, device, leases);
     // Outside the owner section: deferred work may end leases of this very pool.
-    run_driver_work_on_the_way(device);
+    run_deferred_work_on_the_way();
+    tidy_after_taking(device);
     return handle;
   }
 
-  // A Get off its fast path may call the driver: it destroys a few retired events
-  // (retired_events.h) and runs the deferred work (deferred_work.h), which may be another pool's
-  // (the end of a pool destroyed while leases were out destroys its events).
-  void run_driver_work_on_the_way(int device) noexcept {
-    depots_.destroy_retired(device, kRetiredDestroyedPerGet);
-    // Busy handles set aside in a burst are asked again, a magazine per such Get, so that once
-    // their work is done they go back under the idle limit (device_depots.h, tidy_set_aside).
-    if constexpr (kBusyHandles)
-      depots_.tidy_set_aside(device, [this](handle_type asked) noexcept { return is_busy(asked); });
+  // A Get off its fast path may call the driver. It runs the deferred work (deferred_work.h), which
+  // may be another pool's (the end of a pool destroyed while leases were out destroys its events),
+  // and, once it took its event (so that its own demand counts), destroys the retired events that
+  // demand has shown surplus, a few at most (DeviceDepots::destroy_surplus_retired).
+  static void run_deferred_work_on_the_way() noexcept {
     if (deferred_work_waiting()) run_deferred_work();
   }
 
-  // Bypassing the cache.
+  // After a Get off its fast path took its event: the surplus retired events go (a few), and busy
+  // handles set aside in a burst are asked again, a magazine per such Get, so that once their work
+  // is done they go back under the idle limit (device_depots.h, tidy_set_aside).
+  void tidy_after_taking(int device) noexcept {
+    depots_.destroy_surplus_retired(device);
+    if constexpr (kBusyHandles)
+      depots_.tidy_set_aside(device, [this](handle_type asked) noexcept { return is_busy(asked); });
+  }
+
+  // Bypassing the cache. Without caches, every Get: the only way the driver work is done.
   [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
     Depots &store = depots();
-    run_driver_work_on_the_way(device);  // without caches, every Get: the only way it is done
+    run_deferred_work_on_the_way();  // first: what it gives back to this pool, this Get may take
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
       if (!store.create_within_cap(device, handle))  // may throw: nothing held
@@ -595,6 +601,7 @@ class EventPoolCore final : private DeferredWork {
       else if constexpr (kCountCalls)
         store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
+    tidy_after_taking(device);
     if constexpr (kCountCalls) store.counts(device).gets.fetch_add(1, std::memory_order_relaxed);
     if (store.checker()) store.checker()->on_handed_out(device, handle);
     if (leases != 0) count_leases(leases);

@@ -160,6 +160,7 @@ struct ThreadCacheDirectory {
   /// both, and the resumed copy writes the first back as the second, for a pool whose lookup made
   /// no check in the child. The fork generation, read before and after, tells, and the hints
   /// are cleared again (the lookup's own pool is checked after, by hinted_after_fork_check).
+  /// test/fork_test.cc forks at each instruction of it in turn (AForkInsideHint...).
   void hint(std::uint64_t pool_id, ThreadCacheLink *cache) noexcept {
     const std::uint32_t generation = fork_generation();
     // A fork in between runs the child's handler on this very thread, as a signal handler runs:
