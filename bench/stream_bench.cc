@@ -70,7 +70,7 @@ double percentile(std::vector<double> &values, double p) {
 }
 
 struct Buffers {
-  void *long_buffer = nullptr;        // shared by every long unit (the content is not read)
+  void *long_buffer = nullptr;         // shared by every long unit (the content is not read)
   std::vector<void *> short_buffers;   // one per thread
   std::vector<void *> synced_buffers;  // one per thread
   explicit Buffers(int threads)

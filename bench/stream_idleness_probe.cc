@@ -85,7 +85,8 @@ Point run(const Driver &driver, Way way, int threads, double seconds, std::size_
   std::vector<cudaStream_t> streams(count);
   std::vector<cudaEvent_t> events(count);
   std::vector<void *> buffers(static_cast<std::size_t>(threads));
-  for (cudaStream_t &stream : streams) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  for (cudaStream_t &stream : streams)
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   for (cudaEvent_t &event : events) check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event");
   for (void *&buffer : buffers) check(cudaMalloc(&buffer, bytes), "cudaMalloc");
   std::uint32_t *marks = nullptr;
@@ -117,7 +118,8 @@ Point run(const Driver &driver, Way way, int threads, double seconds, std::size_
       if (way == Way::kMarkAtPut)
         while (__atomic_load_n(&marks[i * kSlotWords], __ATOMIC_ACQUIRE) != expected[i]) waited = true;
       if (way == Way::kRecordQuery)
-        while (driver.query_event(reinterpret_cast<CUevent>(events[i])) == CUDA_ERROR_NOT_READY) waited = true;
+        while (driver.query_event(reinterpret_cast<CUevent>(events[i])) == CUDA_ERROR_NOT_READY)
+          waited = true;
       if (waited) not_yet_idle.fetch_add(1, std::memory_order_relaxed);
       const auto began = Clock::now();
       if (way == Way::kQueryAtGet) (void)driver.query(reinterpret_cast<CUstream>(stream));

@@ -180,7 +180,8 @@ TEST(StreamPoolOnGpu, StreamsHandedBackBusyLevelOffWithinASecond) {
         for (long unit = 1; !stop.load(std::memory_order_relaxed); ++unit) {
           CUDAStreamLease stream = pool.Get(0);
           if (cudaStreamQuery(stream) != cudaSuccess) ++busy;
-          if (cudaMemsetAsync(memory.data, static_cast<int>(unit & 0xff), bytes, stream) != cudaSuccess) ++errors;
+          if (cudaMemsetAsync(memory.data, static_cast<int>(unit & 0xff), bytes, stream) != cudaSuccess)
+            ++errors;
           if (unit % 32 == 0 && cudaStreamSynchronize(stream) != cudaSuccess) ++errors;
           units.fetch_add(1, std::memory_order_relaxed);
         }  // each lease ends with its memset queued, but one in 32
@@ -223,7 +224,8 @@ TEST(StreamPoolOnGpu, AStreamDestroyedBusyLeavesNothingToTheNextStreamWithItsHan
     {
       CUDAStreamLease stream = pool.Get(0);
       destroyed = stream.get();
-      for (int i = 0; i < 8; ++i) ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, stream), cudaSuccess);
+      for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(cudaMemsetAsync(memory.data, i, memory.bytes, stream), cudaSuccess);
       if (round % 2 == 0) {
         stream.reset();  // back busy
         pool.Trim(0);    // destroyed with its memsets running

@@ -93,8 +93,8 @@ TYPED_TEST(StreamBoundConcurrency, UnderACapNoMoreThanTheCapExistAndGetsWait) {
   constexpr int kThreads = 4, kGets = 1500;
   constexpr std::size_t kCap = 6;
   HostStreamBackend backend(1, Clock::kTicks);
-  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault,
-                                  kCap);
+  typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle,
+                                  Checks::kDefault, kCap);
   std::atomic<int> handed_out_busy{0};
   std::atomic<bool> working{true};
   std::thread clock([&] {  // time passes while Gets wait at the cap

@@ -166,7 +166,7 @@ TYPED_TEST(StreamBound, StreamsSetAsideGoBackUnderTheIdleLimitOnceIdle) {
   pool.FlushThreadCache();
   { Stream one = pool.Get(0); }  // sets the busy ones aside
   ASSERT_GT(pool.stats().total().busy, 0u);
-  backend.advance(20);  // every one's work is done
+  backend.advance(20);              // every one's work is done
   for (int i = 0; i < 2000; ++i) {  // ordinary work, served by the cache and the depot
     Stream stream = pool.Get(0);
     pool.Put(std::move(stream));

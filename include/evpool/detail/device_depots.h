@@ -93,7 +93,8 @@ class DeviceDepots {
     retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     set_aside_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     sweeping_ = std::make_unique<CacheLinePadded<std::atomic<bool>>[]>(static_cast<std::size_t>(device_count_));
-    kept_ = std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
+    kept_ =
+        std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
@@ -111,7 +112,9 @@ class DeviceDepots {
   bool capped() const noexcept { return max_kept_ != kUnlimitedKept; }
   /// Under a cap, the handles of the device the pool keeps: idle, busy, retired or leased (counted
   /// only under a cap). Exact once no call is in progress.
-  std::uint64_t kept(int device) const noexcept { return kept_[device].value.load(std::memory_order_relaxed); }
+  std::uint64_t kept(int device) const noexcept {
+    return kept_[device].value.load(std::memory_order_relaxed);
+  }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
   /// Checked mode's records (pool_checks.h), or nullptr.
   EventChecker<handle_type> *checker() noexcept { return checker_.get(); }
@@ -201,7 +204,8 @@ class DeviceDepots {
       Magazine &magazine = arena_[index];
       bool at_cap = false;  // Reserve stops at the cap, as Get does
       try {
-        while (magazine.count < places && !(at_cap = !create_within_cap(device, magazine.handles[magazine.count]))) {
+        while (magazine.count < places &&
+               !(at_cap = !create_within_cap(device, magazine.handles[magazine.count]))) {
           if (checker_) checker_->on_created_idle(device, magazine.handles[magazine.count]);
           ++magazine.count;
         }
@@ -295,8 +299,8 @@ class DeviceDepots {
       index = next;
     }
   }
- public:
 
+ public:
   /// The device's retired events (for stats(); exact once no call is in progress).
   std::uint64_t retired(int device) const noexcept { return retired_[device].count(); }
 
@@ -480,7 +484,8 @@ class DeviceDepots {
   class Batch {
    public:
     using Give = void (DeviceDepots::*)(int, std::uint32_t) noexcept;
-    Batch(DeviceDepots &depots, int device, Give give) noexcept : depots_(depots), device_(device), give_(give) {}
+    Batch(DeviceDepots &depots, int device, Give give) noexcept
+        : depots_(depots), device_(device), give_(give) {}
     Batch(const Batch &) = delete;
     Batch &operator=(const Batch &) = delete;
     ~Batch() { flush(); }
@@ -503,7 +508,9 @@ class DeviceDepots {
   };
 
   // A magazine of busy handles (count >= 1) joins those set aside.
-  void set_aside_magazine(int device, std::uint32_t index) noexcept { set_aside_[device].give(index, arena_); }
+  void set_aside_magazine(int device, std::uint32_t index) noexcept {
+    set_aside_[device].give(index, arena_);
+  }
 
   void set_aside_one(int device, handle_type handle) noexcept {
     Batch batch(*this, device, &DeviceDepots::set_aside_magazine);

@@ -638,8 +638,8 @@ class EventPoolCore final : private DeferredWork {
         if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
         return handle;
       }
-      std::this_thread::sleep_for(std::min(std::chrono::microseconds(std::uint64_t{1} << std::min<std::uint64_t>(round, 10)),
-                                           kLongestPauseAtCap));
+      std::this_thread::sleep_for(std::min(
+          std::chrono::microseconds(std::uint64_t{1} << std::min<std::uint64_t>(round, 10)), kLongestPauseAtCap));
     }
   }
   static constexpr std::uint64_t kRoundsBetweenFlushes = 64;

@@ -76,7 +76,8 @@ class StreamFifos {
     if (fifo.oldest == nullptr) {
       // Doubling, not one more, so that each new peak of streams in progress does not reallocate
       // (may throw: nothing changed yet).
-      if (active_.size() == active_.capacity()) active_.reserve(std::max<std::size_t>(16, 2 * active_.size()));
+      if (active_.size() == active_.capacity())
+        active_.reserve(std::max<std::size_t>(16, 2 * active_.size()));
       fifo.channel = &channel;
       fifo.in_stream_order = in_channel_order && id.has_value();
       fifo.oldest = &request;
