@@ -7,6 +7,8 @@
 // waits for ever (docs/streams.md, "A cap", says why the pool does not throw instead).
 #pragma once
 
+#include "evpool/detail/require_cxx20.h"
+
 #include <cstddef>
 
 #include "evpool/detail/depot.h"
