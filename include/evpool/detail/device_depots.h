@@ -202,7 +202,16 @@ class DeviceDepots {
         throw;
       }
       Magazine &magazine = arena_[index];
-      bool at_cap = false;  // Reserve stops at the cap, as Get does
+      // Stopped short (a failed create, or the cap, where Reserve stops as Get does): the places not
+      // filled are released, and what was created stays.
+      const auto hand_over_what_was_created = [&] {
+        depot.release_places(places - magazine.count, max_idle_);
+        if (magazine.empty())
+          depot.give_empty(index, arena_);
+        else
+          depot.give_reserved(index, arena_);
+      };
+      bool at_cap = false;
       try {
         while (magazine.count < places &&
                !(at_cap = !create_within_cap(device, magazine.handles[magazine.count]))) {
@@ -210,22 +219,11 @@ class DeviceDepots {
           ++magazine.count;
         }
       } catch (...) {
-        depot.release_places(places - magazine.count, max_idle_);
-        if (magazine.empty())
-          depot.give_empty(index, arena_);
-        else
-          depot.give_reserved(index, arena_);
+        hand_over_what_was_created();
         throw;
       }
-      if (at_cap) {
-        depot.release_places(places - magazine.count, max_idle_);
-        if (magazine.empty())
-          depot.give_empty(index, arena_);
-        else
-          depot.give_reserved(index, arena_);
-        return;
-      }
-      depot.give_reserved(index, arena_);
+      hand_over_what_was_created();  // all of them, but at the cap
+      if (at_cap) return;
       count -= places;
     }
   }
