@@ -110,11 +110,6 @@ class DeviceDepots {
   std::size_t max_idle() const noexcept { return max_idle_; }
   std::size_t max_kept() const noexcept { return max_kept_; }
   bool capped() const noexcept { return max_kept_ != kUnlimitedKept; }
-  /// Under a cap, the handles of the device the pool keeps: idle, busy, retired or leased (counted
-  /// only under a cap). Exact once no call is in progress.
-  std::uint64_t kept(int device) const noexcept {
-    return kept_[device].value.load(std::memory_order_relaxed);
-  }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
   /// Checked mode's records (pool_checks.h), or nullptr.
   EventChecker<handle_type> *checker() noexcept { return checker_.get(); }
@@ -478,7 +473,8 @@ class DeviceDepots {
  private:
   // Handles collected one by one into spare magazines, each handed to `give(device, index)` when
   // full and at flush(). Where no magazine can be had (the process is out of memory) a handle is
-  // retired instead: held by the pool all the same, and asked again before it is handed out.
+  // retired instead, and asked again before it is handed out; where not even a retired one can
+  // have a magazine, retire_one destroys it (a busy stream's work completes first, in CUDA).
   class Batch {
    public:
     using Give = void (DeviceDepots::*)(int, std::uint32_t) noexcept;

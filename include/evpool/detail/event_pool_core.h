@@ -42,7 +42,9 @@
 // Idle bound: the depot never holds more than the limit; each thread's cache holds at most two
 // magazines per device. So a device has at most max_idle + threads x 2 x cache_capacity idle
 // events; without a limit, the depot holds what was ever idle at once, and the caches the same
-// 2 x cache_capacity per thread and device.
+// 2 x cache_capacity per thread and device. Busy handles (streams) set aside by a Get are outside
+// this bound: each has work in flight, and once it is done a Get off its fast path moves it back
+// under the limit (device_depots.h).
 //
 // Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
 // in the cache of the thread that does it (no shared word is written), or, when the cache is
@@ -128,8 +130,6 @@ class EventPoolCore final : private DeferredWork {
   static constexpr bool kCountCalls = Policy::count_calls;
   // Handles that may be busy when put back are never handed out busy (take_older_or_bypass).
   static constexpr bool kBusyHandles = BusyHandleBackend<Backend>;
-  // Busy handles a Get off the cache asks of the depot's top before it creates (take_idle_from_depot).
-  static constexpr std::size_t kDepotCandidates = 4;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
   using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
   using Cache = ThreadCache<EventPoolCore>;
