@@ -118,7 +118,9 @@ int host_completion_queue_with_pending_work() {
   expect_every_callback_ran_at_exit();
   static evpool::HostBackend events(1);
   static evpool::BasicEventPool<evpool::HostBackend> pool(events);
-  static evpool::test::HostWorkStream stream;
+  // Never destroyed: the thread below may still be returning from complete_all() when the queue's
+  // destructor, which waits for that work, has returned and static destruction goes on.
+  static auto &stream = *new evpool::test::HostWorkStream;
   static evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend> queue{
       evpool::test::HostCompletionBackend(pool)};
   for (int i = 0; i < kRequestsAtExit; ++i)

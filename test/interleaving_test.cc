@@ -318,8 +318,8 @@ class ScenarioRun {
     --held_on_[static_cast<std::size_t>(backend_.ledger().device_of(token))];
   }
 
-  // Between operations every event is idle in the pool, retired, held, or destroyed, so idle events
-  // can be counted from outside, whatever the pool keeps them in.
+  // Between operations every event is idle in the pool, retired, set aside busy (streams), held, or
+  // destroyed, so idle events can be counted from outside, whatever the pool keeps them in.
   void check_idle_limit() {
     if (scenario_.max_idle == kUnlimitedIdle) return;
     // The scheduled threads, and the main thread, which prewarmed the pool.
@@ -327,7 +327,7 @@ class ScenarioRun {
                                idle_beyond_the_limit<Policy>(scenario_.threads.size() + 1);
     for (int device = 0; device < scenario_.devices; ++device)
       if (backend_.ledger().live_on(device) - held_on_[static_cast<std::size_t>(device)] -
-              static_cast<std::int64_t>(pool_->retired_events(device)) >
+              static_cast<std::int64_t>(pool_->retired_events(device) + pool_->busy_handles(device)) >
           bound)
         found_.over_idle_limit = 1;
   }

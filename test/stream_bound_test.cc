@@ -142,7 +142,9 @@ TYPED_TEST(StreamBound, StreamsSetAsideAreHandedOutOnceTheirWorkIsDone) {
   EXPECT_EQ(backend.created(), 41u);
   DeviceStats figures = pool.stats().total();
   EXPECT_GT(figures.busy, 0u) << "the busy streams the Get met in the depot are set aside";
+  EXPECT_EQ(pool.busy_handles(0), figures.busy);
   EXPECT_EQ(figures.busy + figures.idle, 40u);
+  EXPECT_THROW(pool.busy_handles(1), std::out_of_range);
   backend.advance(10);
   pool.FlushThreadCache();  // what the first Get took into the cache goes back to the depot
   held.push_back(pool.Get(0));

@@ -179,6 +179,12 @@ class BasicEventPool {
   /// std::out_of_range for a device outside the pool. Thread-safe, wait-free.
   std::uint64_t retired_events(int device_id) const { return core_->retired_events(device_id); }
 
+  /// The device's handles set aside busy: handed back with work pending, found so by a Get, and
+  /// not yet found idle again (stats()'s `busy`, without its lock; always 0 for events). Exact
+  /// once no call is in progress. Throws std::out_of_range for a device outside the pool.
+  /// Thread-safe, wait-free.
+  std::uint64_t busy_handles(int device_id) const { return core_->busy_handles(device_id); }
+
   /// On stderr, the events still outstanding, in checked mode: for pools that are never
   /// destroyed, at exit (the process-wide pools call it then). Thread-safe; never throws.
   void report_outstanding_at_exit() noexcept { core_->report_outstanding(false); }

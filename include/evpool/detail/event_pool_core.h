@@ -406,6 +406,10 @@ class EventPoolCore final : private DeferredWork {
     depots_.check_device(device_id, "retired_events");
     return depots_.retired(device_id);
   }
+  std::uint64_t busy_handles(int device_id) const {
+    depots_.check_device(device_id, "busy_handles");
+    return depots_.set_aside(device_id);
+  }
 
   /// For ThreadCache: the owner thread is exiting, inside its owner section: its magazines go to
   /// the depots, its spare blocks to the spare block depot. In a fork child whose thread exits
