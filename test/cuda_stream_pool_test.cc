@@ -154,8 +154,9 @@ TEST(StreamPoolOnGpu, NoStreamIsLeasedWithWorkPendingUnderLoad) {
   EXPECT_EQ(figures.outstanding, 0);
   // Without caches (checked mode) every Get takes the depot's top, which holds the streams put
   // back last, the busiest: it creates far more (docs/streams.md).
-  if (!pool.checked())
+  if (!pool.checked()) {
     EXPECT_LT(figures.created, figures.gets / 4) << "streams are reused once their work is done";
+  }
   std::printf("[ streams  ] %llu leases, %llu streams created\n",
               static_cast<unsigned long long>(figures.gets), static_cast<unsigned long long>(figures.created));
 }
@@ -420,7 +421,7 @@ TEST(StreamPoolOnGpu, AGetDuringAnotherThreadsGlobalCaptureLeavesTheCaptureValid
   other.join();
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess);
-  if (graph != nullptr) EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  if (graph != nullptr) { EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess); }
   EXPECT_EQ(cudaStreamDestroy(capturing), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
