@@ -16,7 +16,8 @@
 // included: its idle memory (none's, created and destroyed every time, is no memory; wait's
 // evpool reports its pool's node_count(), see LibraryPool in variants.h).
 //
-// Extra flags, before Google Benchmark's own: --list, --threads=1,2,4 (default: powers of two up
+// Extra flags, before Google Benchmark's own: --list (with "gpus": the visible GPUs, or why there
+// are none), --threads=1,2,4 (default: powers of two up
 // to twice the hardware threads), --host_spread_devices=N (default 8) and --thread_warmup=0 (no
 // warm-up of each thread's source before its timed loop; see Case::warm_up).
 //
@@ -123,6 +124,29 @@ std::string catalogue_json() {
       "{", "}");
 }
 
+// The GPUs the CUDA workloads run on ("1 x NVIDIA H200"), or why there are none.
+struct VisibleGpus {
+  int count = 0;
+  std::string description;
+};
+VisibleGpus visible_gpus() {
+  VisibleGpus gpus;
+  const cudaError_t status = cudaGetDeviceCount(&gpus.count);
+  if (status != cudaSuccess || gpus.count == 0) {
+    cudaGetLastError();
+    gpus.count = 0;
+    gpus.description = std::string("none (") +
+                       (status != cudaSuccess ? std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status)
+                                              : std::string("no device")) +
+                       "): host backend only";
+    return gpus;
+  }
+  cudaDeviceProp properties{};
+  cudaGetDeviceProperties(&properties, 0);
+  gpus.description = std::to_string(gpus.count) + " x " + properties.name;
+  return gpus;
+}
+
 // ---- Registration -----------------------------------------------------------------------------
 
 struct Options {
@@ -193,7 +217,10 @@ int main(int argc, char **argv) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--list") == 0) {
-      std::printf("%s\n", catalogue_json().c_str());
+      // The catalogue, and what tools/bench tells the user before a run: whether a GPU is there.
+      std::string listing = catalogue_json();
+      listing.insert(1, "\"gpus\": " + quoted(visible_gpus().description) + ", ");
+      std::printf("%s\n", listing.c_str());
       return 0;
     }
     if (std::strncmp(argv[i], "--threads=", 10) == 0)
@@ -208,18 +235,10 @@ int main(int argc, char **argv) {
   argc = kept;
 
   benchmark::AddCustomContext("catalogue", catalogue_json());
-  int gpus = 0;
-  const bool gpu = cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0;
+  const VisibleGpus gpus = visible_gpus();
+  benchmark::AddCustomContext("gpus", gpus.description);
   register_all<HostBackendFactory>(options);
-  if (gpu) {
-    cudaDeviceProp properties{};
-    cudaGetDeviceProperties(&properties, 0);
-    benchmark::AddCustomContext("gpus", std::to_string(gpus) + " x " + properties.name);
-    register_all<CudaBackendFactory>(options);
-  } else {
-    cudaGetLastError();
-    benchmark::AddCustomContext("gpus", "none (host backend only)");
-  }
+  if (gpus.count > 0) register_all<CudaBackendFactory>(options);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();
