@@ -16,14 +16,14 @@
 #include <cstring>
 #include <utility>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_pool.h"
 #include "evpool/host_backend.h"
 
 namespace {
 
-using Pool = evpool::BasicEventPool<evpool::HostBackend>;
+using Pool = evpool::BasicHandlePool<evpool::HostBackend>;
 
 template <class P>
 [[gnu::always_inline]] inline void get_put(P &pool) {

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "contention_case.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/host_backend.h"
 #include "variants.h"
 #include "workloads.h"
@@ -64,8 +64,8 @@ struct HostBackendFactory {
 
 struct CudaBackendFactory {
   static constexpr BackendKind kKind = BackendKind::kCuda;
-  using Backend = CUDABackend;
-  static CUDABackend make(Placement) { return CUDABackend{}; }
+  using Backend = CUDAEventBackend;
+  static CUDAEventBackend make(Placement) { return CUDAEventBackend{}; }
   static void enter_device(int device) { cudaSetDevice(device); }
 };
 

@@ -36,8 +36,8 @@
 #include <string_view>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/basic_handle_pool.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
 #include "one_thread_pair_loop.h"
@@ -91,8 +91,8 @@ constexpr std::size_t kPools = 3, kColumns = std::size(kNames), kWide = 3, kChai
 
 template <class Backend>
 void probe(const Backend &backend, int rounds, long pairs, double quiet_ratio, bool each) {
-  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultOptions);
-  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
+  evpool::BasicHandlePool<Backend> pool(backend, Backend::kDefaultOptions);
+  evpool::BasicHandlePool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
   evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultOptions, 1);
   auto &own = stacks.of_thread(0);
   pool.Put(pool.Get(0), 0), nostats.Put(nostats.Get(0), 0), own.Put(own.Get(0), 0);  // first events
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (backend == "cuda")
-    probe(evpool::CUDABackend(), rounds, pairs, quiet_ratio, each);
+    probe(evpool::CUDAEventBackend(), rounds, pairs, quiet_ratio, each);
   else
     probe(evpool::HostBackend(1), rounds, pairs, quiet_ratio, each);
 }

@@ -4,9 +4,9 @@
 // a quarter of `pair`'s rate, and the question is which part of it costs what. Each benchmark here
 // adds one step to the one before, on the same pool and thread:
 //   pair                 Get, then Put
-//   lease                a UniqueEventLease: the lease count kept in the thread's cache, the fork
+//   lease                a UniqueLease: the lease count kept in the thread's cache, the fork
 //                        generation recorded and compared
-//   lease_shared_alone   a SharedEventLease never copied: its control block, taken from and given
+//   lease_shared_alone   a SharedLease never copied: its control block, taken from and given
 //                        back to the cache's spare blocks
 //   lease_shared_copied  the same with one copy: the count's increment, and the first drop's
 //                        decrement (the last drop only reads it)
@@ -14,12 +14,12 @@
 #include <benchmark/benchmark.h>
 
 #include "contention_case.h"  // the contention workloads' loops: run_pair, run_lease, run_lease_shared
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 
 namespace {
 
-using Pool = evpool::BasicEventPool<evpool::HostBackend>;
+using Pool = evpool::BasicHandlePool<evpool::HostBackend>;
 
 struct Fixture {
   evpool::HostBackend backend{1};

@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/basic_handle_pool.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
 #include "one_thread_pair_loop.h"
@@ -84,8 +84,8 @@ void sweep(const char *const (&names)[sizeof...(Sources)], long pairs, bool each
 
 template <class Backend>
 void sweep_all(const Backend &backend, long pairs, bool each) {
-  evpool::BasicEventPool<Backend> pool(backend, Backend::kDefaultOptions);
-  evpool::BasicEventPool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
+  evpool::BasicHandlePool<Backend> pool(backend, Backend::kDefaultOptions);
+  evpool::BasicHandlePool<Backend, evpool::NoStatsPolicy<>> nostats(backend, Backend::kDefaultOptions);
   evpool::bench::ThreadPrivateStacks<Backend> stacks(backend, Backend::kDefaultOptions, 1);
   sweep({"evpool", "evpool-nostats", "private"}, pairs, each, pool, nostats, stacks.of_thread(0));
 }
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (backend == "cuda")
-    sweep_all(evpool::CUDABackend(), pairs, each);
+    sweep_all(evpool::CUDAEventBackend(), pairs, each);
   else
     sweep_all(evpool::HostBackend(1), pairs, each);
 }

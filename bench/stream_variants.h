@@ -21,7 +21,7 @@
 #include "competitors/mutex_event_pool.h"
 #include "competitors/round_robin_streams.h"
 #include "competitors/spinlock_event_pool.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/cuda_stream_backend.h"
 #include "evpool/cuda_stream_pool.h"
 

@@ -17,16 +17,16 @@
 #include <vector>
 
 #include "evpool/detail/cache_line_padded.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::bench {
 
 /// `Capacity`: the idle events kept per thread and device; a Put beyond it destroys the event, as
 /// a pool's idle limit does. The workloads hold at most 64 events per thread.
-template <EventBackend Backend, std::size_t Capacity = 64>
+template <HandleBackend Backend, std::size_t Capacity = 64>
 class ThreadPrivateStacks {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
   using handle_type = typename Backend::handle_type;
   static constexpr std::size_t kCapacity = Capacity;
 
@@ -44,14 +44,14 @@ class ThreadPrivateStacks {
     }
 
     /// The most recently put idle event of `device`, or a new one.
-    event_type Get(int device) {
+    owner_type Get(int device) {
       DeviceStack &stack = devices_[device];
       if (stack.size == 0) return backend_.adopt(backend_.create(options_, device), device);
       return backend_.adopt(stack.idle[--stack.size], device);
     }
 
     /// Keeps `event` idle under `device`, or destroys it if kCapacity are idle there already.
-    void Put(event_type &&event, int device) {
+    void Put(owner_type &&event, int device) {
       DeviceStack &stack = devices_[device];
       if (stack.size == kCapacity)
         backend_.destroy(event.release());

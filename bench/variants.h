@@ -25,8 +25,8 @@
 #include "competitors/boost_event_pool.h"
 #include "competitors/mutex_event_pool.h"
 #include "competitors/spinlock_event_pool.h"
-#include "evpool/basic_event_pool.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/basic_handle_pool.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/pool_policy.h"
 #include "support/counting_backend.h"
@@ -53,9 +53,9 @@ inline constexpr std::size_t kHandoffEventsPerPair = HandoffRing<Handle>::kCapac
 template <class Backend>
 class CountedVariant {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
   std::uint64_t events_created() const { return backend_.created(); }
-  event_type adopt(typename Backend::handle_type handle, int device) {
+  owner_type adopt(typename Backend::handle_type handle, int device) {
     return backend_.adopt(handle, device);
   }
 
@@ -84,17 +84,17 @@ class SharedPool : public CountedVariant<Backend> {
 };
 
 template <class B>
-using EvpoolPool = BasicEventPool<B>;
+using EvpoolPool = BasicHandlePool<B>;
 template <class B>
-using EvpoolNoCachePool = BasicEventPool<B, NoCachePolicy<>>;
+using EvpoolNoCachePool = BasicHandlePool<B, NoCachePolicy<>>;
 template <class B>
-using EvpoolBackoffPool = BasicEventPool<B, ExponentialBackoffPolicy<>>;
+using EvpoolBackoffPool = BasicHandlePool<B, ExponentialBackoffPolicy<>>;
 template <class B>
-using EvpoolNoStatsPool = BasicEventPool<B, NoStatsPolicy<>>;
+using EvpoolNoStatsPool = BasicHandlePool<B, NoStatsPolicy<>>;
 template <class B>
-using EvpoolMag32Pool = BasicEventPool<B, FixedMagazinePolicy<32>>;
+using EvpoolMag32Pool = BasicHandlePool<B, FixedMagazinePolicy<32>>;
 template <class B>
-using EvpoolMag256Pool = BasicEventPool<B, FixedMagazinePolicy<256>>;
+using EvpoolMag256Pool = BasicHandlePool<B, FixedMagazinePolicy<256>>;
 template <class B>
 using SharedEvpool = SharedPool<EvpoolPool, B>;
 template <class B>
@@ -140,13 +140,13 @@ class PrivateStacks : public CountedVariant<Backend> {
 template <class Backend>
 class NoPool : public CountedVariant<Backend> {
  public:
-  using typename CountedVariant<Backend>::event_type;
+  using typename CountedVariant<Backend>::owner_type;
   NoPool(const Backend &backend, int /*threads*/) : CountedVariant<Backend>(backend) {}
   NoPool &source(int /*thread*/) { return *this; }
-  event_type Get(int device) {
+  owner_type Get(int device) {
     return this->adopt(this->backend_.create(Backend::kDefaultOptions, device), device);
   }
-  void Put(event_type &&event, int /*device*/) { this->backend_.destroy(event.release()); }
+  void Put(owner_type &&event, int /*device*/) { this->backend_.destroy(event.release()); }
 };
 
 // No pool either, for handoff alone: a fixed set of events cycles between each producer and its
@@ -166,7 +166,7 @@ class Carrier : public CountedVariant<Backend> {
   static_assert(ReturnRing::kCapacity >= kEventsPerPair + kHandoffBatch);
 
  public:
-  using typename CountedVariant<Backend>::event_type;
+  using typename CountedVariant<Backend>::owner_type;
 
   // The way back of one producer and consumer pair: the source of both.
   class ReturnPath {
@@ -181,9 +181,9 @@ class Carrier : public CountedVariant<Backend> {
       for (Handle handle{}; ring_.try_pop(handle);) carrier_.backend_.destroy(handle);
     }
     /// Producer only: the next event sent back, waiting for it if need be.
-    event_type Get(int device) { return carrier_.adopt(ring_.pop(), device); }
+    owner_type Get(int device) { return carrier_.adopt(ring_.pop(), device); }
     /// Consumer only.
-    void Put(event_type &&event, int /*device*/) { ring_.push(event.release()); }
+    void Put(owner_type &&event, int /*device*/) { ring_.push(event.release()); }
 
    private:
     Carrier &carrier_;
@@ -209,7 +209,7 @@ class Carrier : public CountedVariant<Backend> {
 // more than pre-warming did, when it undercounts by at most one per thread.
 class LibraryPool {
  public:
-  LibraryPool(const CUDABackend & /*backend*/, int /*threads*/) {}
+  LibraryPool(const CUDAEventBackend & /*backend*/, int /*threads*/) {}
   std::uint64_t events_created() const { return pool_.node_count(); }
   CUDAEventPool &source(int /*thread*/) { return pool_; }
 

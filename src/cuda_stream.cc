@@ -5,11 +5,11 @@
 
 namespace evpool {
 
-CUDAStream CUDAStream::Create(bool non_blocking, int device_id) {
+CUDAStream CUDAStreamKind::Create(bool non_blocking, int device_id) {
   return CreateWithPriority(non_blocking, 0, device_id);
 }
 
-CUDAStream CUDAStream::CreateWithPriority(bool non_blocking, int priority, int device_id) {
+CUDAStream CUDAStreamKind::CreateWithPriority(bool non_blocking, int priority, int device_id) {
   const unsigned flags = non_blocking ? cudaStreamNonBlocking : cudaStreamDefault;
   {
     detail::ScopedCurrentDevice scope(device_id);  // the range is the device's
@@ -17,18 +17,6 @@ CUDAStream CUDAStream::CreateWithPriority(bool non_blocking, int priority, int d
   }
   const cudaStream_t handle = detail::create_stream_on(device_id, flags, priority);
   return CUDAStream(handle, device_id);
-}
-
-void CUDAStream::reset(cudaStream_t handle, int device_id) {
-  const cudaStream_t old = std::exchange(handle_, handle);
-  device_id_ = handle ? device_id : -1;
-  if (old) detail::check_cuda(detail::destroy_stream_tolerating_exit(old), "cudaStreamDestroy");
-}
-
-void CUDAStream::destroy_noexcept() noexcept {
-  if (handle_) detail::destroy_stream_tolerating_exit(handle_);
-  handle_ = nullptr;
-  device_id_ = -1;
 }
 
 }  // namespace evpool

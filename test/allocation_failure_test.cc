@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "evpool/basic_completion_queue.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
@@ -354,7 +354,7 @@ TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread)
 TYPED_TEST(AllocationFailure, DestroyingThePoolDeletesTheDepotsBlocksWhileALeaseLives) {
   if constexpr (kCached<TypeParam>) {
     using Pool = typename TestFixture::Pool;
-    using Block = detail::SharedLeaseBlock<detail::EventPoolCore<HostBackend, TypeParam>>;
+    using Block = detail::SharedLeaseBlock<detail::HandlePoolCore<HostBackend, TypeParam>>;
     HostBackend backend(1);
     auto pool = std::make_unique<Pool>(backend);
     constexpr int kHandedOver = 32;
@@ -394,9 +394,9 @@ TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
     HostBackend counters(1);
     GatedBackend backend(counters);
     auto on_destroy = backend.on_destroy;
-    BasicEventPool<GatedBackend, TypeParam> pool(backend);
+    BasicHandlePool<GatedBackend, TypeParam> pool(backend);
     constexpr int kStack = 16;  // SpareBlocks::kCapacity: no hand-over yet
-    std::vector<typename BasicEventPool<GatedBackend, TypeParam>::shared_lease> leases;
+    std::vector<typename BasicHandlePool<GatedBackend, TypeParam>::shared_lease> leases;
     for (int i = 0; i < kStack; ++i) leases.push_back(pool.LeaseShared(0));
     std::atomic<bool> ended{false}, purging{false};
     std::thread ender([&] {

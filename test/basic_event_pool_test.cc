@@ -1,6 +1,6 @@
-// BasicEventPool through HostBackend: every public function and every error, single-threaded, with
+// BasicHandlePool through HostBackend: every public function and every error, single-threaded, with
 // per-thread caches on and off (pool_policies.h).
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -34,17 +34,17 @@ void expect_error(Call call, const std::vector<std::string> &fragments) {
 }
 
 template <class Policy>
-class BasicEventPoolTest : public testing::Test {
+class BasicHandlePoolTest : public testing::Test {
  protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
+  using Pool = BasicHandlePool<HostBackend, Policy>;
   void TearDown() override { backend.set_current_device(0); }
 
   HostBackend backend{3};
   Pool pool{backend};
 };
-TYPED_TEST_SUITE(BasicEventPoolTest, BothPolicies, PolicyName);
+TYPED_TEST_SUITE(BasicHandlePoolTest, BothPolicies, PolicyName);
 
-TYPED_TEST(BasicEventPoolTest, GetCreatesAnEventOfTheRequestedDeviceOnAMiss) {
+TYPED_TEST(BasicHandlePoolTest, GetCreatesAnEventOfTheRequestedDeviceOnAMiss) {
   Event event = this->pool.Get(2);
   ASSERT_TRUE(event);
   EXPECT_EQ(event.device_id(), 2);
@@ -52,7 +52,7 @@ TYPED_TEST(BasicEventPoolTest, GetCreatesAnEventOfTheRequestedDeviceOnAMiss) {
   EXPECT_EQ(this->backend.created(), 1u);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutThenGetReusesTheEventWithoutCreating) {
+TYPED_TEST(BasicHandlePoolTest, PutThenGetReusesTheEventWithoutCreating) {
   Event event = this->pool.Get(1);
   const auto token = event.get();
   this->pool.Put(std::move(event), 1);
@@ -63,7 +63,7 @@ TYPED_TEST(BasicEventPoolTest, PutThenGetReusesTheEventWithoutCreating) {
   EXPECT_EQ(this->backend.created(), 1u);
 }
 
-TYPED_TEST(BasicEventPoolTest, IdleEventsComeBackLastInFirstOut) {
+TYPED_TEST(BasicHandlePoolTest, IdleEventsComeBackLastInFirstOut) {
   std::vector<Event> events;
   for (int i = 0; i < 3; ++i) events.push_back(this->pool.Get(0));
   std::vector<HostBackend::handle_type> tokens;
@@ -74,7 +74,7 @@ TYPED_TEST(BasicEventPoolTest, IdleEventsComeBackLastInFirstOut) {
   for (auto it = tokens.rbegin(); it != tokens.rend(); ++it) EXPECT_EQ(this->pool.Get(0).release(), *it);
 }
 
-TYPED_TEST(BasicEventPoolTest, EachDeviceHasItsOwnEvents) {
+TYPED_TEST(BasicHandlePoolTest, EachDeviceHasItsOwnEvents) {
   Event on0 = this->pool.Get(0);
   this->pool.Put(std::move(on0));
   Event on1 = this->pool.Get(1);
@@ -82,14 +82,14 @@ TYPED_TEST(BasicEventPoolTest, EachDeviceHasItsOwnEvents) {
   EXPECT_EQ(this->backend.created(), 2u);
 }
 
-TYPED_TEST(BasicEventPoolTest, GetWithMinusOneUsesTheCallingThreadsCurrentDevice) {
+TYPED_TEST(BasicHandlePoolTest, GetWithMinusOneUsesTheCallingThreadsCurrentDevice) {
   this->backend.set_current_device(2);
   Event event = this->pool.Get();
   EXPECT_EQ(event.device_id(), 2);
   EXPECT_EQ(HostBackend::device_of(event.get()), 2);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutWithMinusOneFilesTheEventUnderItsOwnDevice) {
+TYPED_TEST(BasicHandlePoolTest, PutWithMinusOneFilesTheEventUnderItsOwnDevice) {
   Event event = this->pool.Get(1);
   const auto token = event.get();
   this->backend.set_current_device(2);  // DALI would file it under 2
@@ -98,7 +98,7 @@ TYPED_TEST(BasicEventPoolTest, PutWithMinusOneFilesTheEventUnderItsOwnDevice) {
   EXPECT_EQ(this->backend.created(), 1u);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutOfAnAdoptedEventOfUnknownDeviceUsesTheCurrentDevice) {
+TYPED_TEST(BasicHandlePoolTest, PutOfAnAdoptedEventOfUnknownDeviceUsesTheCurrentDevice) {
   Event adopted = this->backend.adopt(this->backend.create(0, 2), -1);
   const auto token = adopted.get();
   this->backend.set_current_device(2);
@@ -106,28 +106,28 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnAdoptedEventOfUnknownDeviceUsesTheCurrentD
   EXPECT_EQ(this->pool.Get(2).get(), token);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutOfAnAdoptedEventOfUnknownDeviceAcceptsAnExplicitDevice) {
+TYPED_TEST(BasicHandlePoolTest, PutOfAnAdoptedEventOfUnknownDeviceAcceptsAnExplicitDevice) {
   Event adopted = this->backend.adopt(this->backend.create(0, 1), -1);
   const auto token = adopted.get();
   this->pool.Put(std::move(adopted), 1);
   EXPECT_EQ(this->pool.Get(1).get(), token);
 }
 
-TYPED_TEST(BasicEventPoolTest, GetOfAnOrdinalOutsideTheDevicesIsOutOfRange) {
+TYPED_TEST(BasicHandlePoolTest, GetOfAnOrdinalOutsideTheDevicesIsOutOfRange) {
   for (int bad : {3, -2, INT_MAX, INT_MIN})
     expect_error<std::out_of_range>([&] { this->pool.Get(bad); },
                                     {"Get", "device ordinal " + std::to_string(bad), "[0, 3)"});
   EXPECT_EQ(this->backend.create_attempts(), 0u);
 }
 
-TYPED_TEST(BasicEventPoolTest, LeasesOfAnOrdinalOutsideTheDevicesAreOutOfRangeAndNameTheCall) {
+TYPED_TEST(BasicHandlePoolTest, LeasesOfAnOrdinalOutsideTheDevicesAreOutOfRangeAndNameTheCall) {
   expect_error<std::out_of_range>([&] { (void)this->pool.Lease(3); }, {"Lease", "device ordinal 3", "[0, 3)"});
   expect_error<std::out_of_range>([&] { (void)this->pool.LeaseShared(-2); },
                                   {"LeaseShared", "device ordinal -2", "[0, 3)"});
   EXPECT_EQ(this->backend.create_attempts(), 0u);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutOfAnOrdinalOutsideTheDevicesIsOutOfRangeAndKeepsTheEvent) {
+TYPED_TEST(BasicHandlePoolTest, PutOfAnOrdinalOutsideTheDevicesIsOutOfRangeAndKeepsTheEvent) {
   Event event = this->pool.Get(0);
   const auto token = event.get();
   for (int bad : {3, -2, INT_MAX})
@@ -137,7 +137,7 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnOrdinalOutsideTheDevicesIsOutOfRangeAndKee
   EXPECT_EQ(event.device_id(), 0);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutOfAnEventWhoseRecordedDeviceIsNotInThePoolIsOutOfRange) {
+TYPED_TEST(BasicHandlePoolTest, PutOfAnEventWhoseRecordedDeviceIsNotInThePoolIsOutOfRange) {
   Event stranger = this->backend.adopt(this->backend.create(0, 1), 7);
   expect_error<std::out_of_range>([&] { this->pool.Put(std::move(stranger)); }, {"device ordinal 7"});
   // Named by the caller too: the recorded and the given device agree, and neither is the pool's.
@@ -145,7 +145,7 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnEventWhoseRecordedDeviceIsNotInThePoolIsOu
   EXPECT_TRUE(stranger);
 }
 
-TYPED_TEST(BasicEventPoolTest, PutOfAnEmptyOrMovedFromEventIsInvalid) {
+TYPED_TEST(BasicHandlePoolTest, PutOfAnEmptyOrMovedFromEventIsInvalid) {
   expect_error<std::invalid_argument>([&] { this->pool.Put(Event()); }, {"empty event"});
   Event event = this->pool.Get(0);
   Event taken = std::move(event);
@@ -156,7 +156,7 @@ TYPED_TEST(BasicEventPoolTest, PutOfAnEmptyOrMovedFromEventIsInvalid) {
   expect_error<std::invalid_argument>([&] { this->pool.Put(this->backend.adopt(0, 1)); }, {"empty event"});
 }
 
-TYPED_TEST(BasicEventPoolTest, PutUnderAnotherDeviceThanTheEventsIsInvalidAndKeepsTheEvent) {
+TYPED_TEST(BasicHandlePoolTest, PutUnderAnotherDeviceThanTheEventsIsInvalidAndKeepsTheEvent) {
   Event event = this->pool.Get(1);
   const auto token = event.get();
   expect_error<std::invalid_argument>([&] { this->pool.Put(std::move(event), 2); },
@@ -167,7 +167,7 @@ TYPED_TEST(BasicEventPoolTest, PutUnderAnotherDeviceThanTheEventsIsInvalidAndKee
   EXPECT_EQ(this->pool.Get(1).get(), token);
 }
 
-TYPED_TEST(BasicEventPoolTest, AFailedCreateReachesTheCallerAndThePoolKeepsWorking) {
+TYPED_TEST(BasicHandlePoolTest, AFailedCreateReachesTheCallerAndThePoolKeepsWorking) {
   Event kept = this->pool.Get(0);
   this->pool.Put(std::move(kept));
   this->backend.inject_create_fault([](std::uint64_t attempt, int) { return attempt == 2; });
@@ -180,7 +180,7 @@ TYPED_TEST(BasicEventPoolTest, AFailedCreateReachesTheCallerAndThePoolKeepsWorki
   EXPECT_EQ(this->backend.created(), this->backend.destroyed());
 }
 
-TYPED_TEST(BasicEventPoolTest, PurgeDestroysIdleEventsAndLeavesHeldOnesAlone) {
+TYPED_TEST(BasicHandlePoolTest, PurgeDestroysIdleEventsAndLeavesHeldOnesAlone) {
   Event held = this->pool.Get(0);
   std::vector<Event> idle;
   for (int device : {0, 1, 2, 2}) idle.push_back(this->pool.Get(device));
@@ -198,7 +198,7 @@ TYPED_TEST(BasicEventPoolTest, PurgeDestroysIdleEventsAndLeavesHeldOnesAlone) {
   EXPECT_EQ(this->backend.created(), 5u);
 }
 
-TYPED_TEST(BasicEventPoolTest, NodeCountIsThePeakOfIdleEventsOrOfMagazines) {
+TYPED_TEST(BasicHandlePoolTest, NodeCountIsThePeakOfIdleEventsOrOfMagazines) {
   std::vector<Event> events;
   for (int i = 0; i < 10; ++i) events.push_back(this->pool.Get(i % 3));
   for (Event &event : events) this->pool.Put(std::move(event));
@@ -213,7 +213,7 @@ TYPED_TEST(BasicEventPoolTest, NodeCountIsThePeakOfIdleEventsOrOfMagazines) {
   EXPECT_EQ(this->pool.node_count(), expected);
 }
 
-TYPED_TEST(BasicEventPoolTest, AThreadsFirstMagazinesHoldTheStartCapacity) {
+TYPED_TEST(BasicHandlePoolTest, AThreadsFirstMagazinesHoldTheStartCapacity) {
   // 2 x start + 1 idle events of one device on one thread: the cache's two magazines fill, and
   // the next Put hands a full one to the depot and loads a third (one trade: too few for the
   // magazines to grow). Without caches, a node each.
@@ -229,10 +229,10 @@ TYPED_TEST(BasicEventPoolTest, AThreadsFirstMagazinesHoldTheStartCapacity) {
   EXPECT_EQ(this->backend.created(), count) << "every idle event comes back, cache and depot";
 }
 
-TYPED_TEST(BasicEventPoolTest, DestructionDestroysIdleEvents) {
+TYPED_TEST(BasicHandlePoolTest, DestructionDestroysIdleEvents) {
   HostBackend other(2);
   {
-    BasicEventPool<HostBackend, TypeParam> scoped(other);
+    BasicHandlePool<HostBackend, TypeParam> scoped(other);
     Event event = scoped.Get(1);
     scoped.Put(std::move(event));
     EXPECT_EQ(other.destroyed(), 0u);
@@ -241,10 +241,10 @@ TYPED_TEST(BasicEventPoolTest, DestructionDestroysIdleEvents) {
   EXPECT_EQ(other.destroyed(), 1u);
 }
 
-TYPED_TEST(BasicEventPoolTest, ReportsItsConfiguration) {
+TYPED_TEST(BasicHandlePoolTest, ReportsItsConfiguration) {
   EXPECT_EQ(this->pool.device_count(), 3);
   EXPECT_EQ(this->pool.options(), HostBackend::kDefaultOptions);
-  BasicEventPool<HostBackend, TypeParam> flagged(this->backend, 0x5u);
+  BasicHandlePool<HostBackend, TypeParam> flagged(this->backend, 0x5u);
   EXPECT_EQ(flagged.options(), 0x5u);
 }
 
@@ -254,12 +254,12 @@ struct DevicelessBackend : HostBackend {
 };
 
 template <class Policy>
-class BasicEventPoolConstruction : public testing::Test {};
-TYPED_TEST_SUITE(BasicEventPoolConstruction, BothPolicies, PolicyName);
+class BasicHandlePoolConstruction : public testing::Test {};
+TYPED_TEST_SUITE(BasicHandlePoolConstruction, BothPolicies, PolicyName);
 
-TYPED_TEST(BasicEventPoolConstruction, ABackendWithoutDevicesIsRejected) {
+TYPED_TEST(BasicHandlePoolConstruction, ABackendWithoutDevicesIsRejected) {
   try {
-    BasicEventPool<DevicelessBackend, TypeParam> pool;
+    BasicHandlePool<DevicelessBackend, TypeParam> pool;
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument &error) {
     EXPECT_THAT(error.what(), HasSubstr("0 devices"));

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/pool_checks.h"
 #include "pool_policies.h"
 #include "evpool/deferred_work.h"
@@ -23,13 +23,13 @@ namespace evpool {
 namespace {
 
 using test::HostStreamBackend;
-using Stream = HostStreamBackend::event_type;
+using Stream = HostStreamBackend::owner_type;
 using Token = HostStreamBackend::handle_type;
 
 template <class Policy>
 class BusyStreams : public testing::Test {
  protected:
-  using Pool = BasicEventPool<HostStreamBackend, Policy>;
+  using Pool = BasicHandlePool<HostStreamBackend, Policy>;
   HostStreamBackend backend{2};
   Pool pool{backend};
 
@@ -122,7 +122,7 @@ TYPED_TEST(BusyStreams, ABareStreamIsFiledUnderTheDeviceItTells) {
 // and the busy one stays on top; two queries, no stream created.
 TEST(BusyStreamsCached, ABusyNewestStreamIsPassedOverForTheOldestOfTheMagazine) {
   HostStreamBackend backend(1);
-  BasicEventPool<HostStreamBackend> pool(backend);
+  BasicHandlePool<HostStreamBackend> pool(backend);
   std::vector<Stream> streams;
   for (int i = 0; i < 4; ++i) streams.push_back(pool.Get(0));
   const Token oldest = streams.front().get(), newest = streams.back().get();
@@ -160,14 +160,14 @@ TYPED_TEST(BusyStreams, AThreadHandingStreamsBackBusyNeedsOnlyWhatItHasInFlight)
 // Streams retired over the idle limit are asked before they are handed out again.
 TEST(BusyStreamsUncached, ARetiredStreamIsAskedBeforeItIsHandedOut) {
   HostStreamBackend backend(1);
-  BasicEventPool<HostStreamBackend, NoCachePolicy<>> pool(backend, HostStreamBackend::kDefaultOptions, 1);
+  BasicHandlePool<HostStreamBackend, NoCachePolicy<>> pool(backend, HostStreamBackend::kDefaultOptions, 1);
   std::vector<Stream> streams;
   for (int i = 0; i < 64; ++i) streams.push_back(pool.Get(0));
   for (Stream &stream : streams) {
     backend.make_busy(stream.get(), 1000);
     pool.Put(std::move(stream));  // one stays idle in the depot, the others are retired
   }
-  ASSERT_GT(pool.retired_events(0), 32u);
+  ASSERT_GT(pool.retired_handles(0), 32u);
   for (int i = 0; i < 8; ++i) {
     Stream got = pool.Get(0);
     EXPECT_TRUE(backend.asked_idle_since_busy(got.get())) << "Get " << i << " handed out a busy stream";
@@ -181,7 +181,7 @@ TEST(BusyStreamsCached, ALeaseBegunPastABusyStreamKeepsThePoolsStateAlive) {
   HostStreamBackend counters(1);
   test::Tracked<HostStreamBackend> tracked(counters);
   const std::weak_ptr<const int> core = tracked.watch();
-  std::optional<BasicEventPool<test::Tracked<HostStreamBackend>>> pool(std::in_place, std::move(tracked));
+  std::optional<BasicHandlePool<test::Tracked<HostStreamBackend>>> pool(std::in_place, std::move(tracked));
   std::vector<Stream> streams;
   for (int i = 0; i < 3; ++i) streams.push_back(pool->Get(0));
   const Token newest = streams.back().get();
@@ -200,7 +200,7 @@ TEST(BusyStreamsCached, ALeaseBegunPastABusyStreamKeepsThePoolsStateAlive) {
 // under the ASan build) and leaves the pool as it was.
 TEST(BusyStreamsCached, ASharedLeaseWhoseCreateFailsPastABusyStreamHoldsNothing) {
   HostStreamBackend backend(1);
-  BasicEventPool<HostStreamBackend> pool(backend);
+  BasicHandlePool<HostStreamBackend> pool(backend);
   {
     auto warm = pool.LeaseShared(0);  // the thread's cache keeps a spare block
     backend.make_busy(warm.get(), 1000);
@@ -215,7 +215,7 @@ TEST(BusyStreamsCached, ASharedLeaseWhoseCreateFailsPastABusyStreamHoldsNothing)
 
 TEST(BusyStreamsChecked, CheckedModeRefusesADoublePutOfAStream) {
   HostStreamBackend backend(1);
-  BasicEventPool<HostStreamBackend> pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  BasicHandlePool<HostStreamBackend> pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
   const Token token = pool.Get(0).release();
   pool.Put(backend.adopt(token, 0));
   Stream duplicate = backend.adopt(token, 0);

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/detail/capture_aware_wait.h"
 #include "support/driver_free_threads.h"
@@ -17,7 +17,7 @@ namespace evpool {
 namespace {
 
 using test::FakeCaptureStreams;
-using Pool = BasicEventPool<test::DriverFreeCheckingBackend>;
+using Pool = BasicHandlePool<test::DriverFreeCheckingBackend>;
 
 constexpr int kProducer = 1, kConsumer = 2;
 constexpr unsigned long long kCapture = 7, kOtherCapture = 9;

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "evpool/basic_completion_queue.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "support/host_completion_backend.h"
 #include "support/host_completion_fixture.h"

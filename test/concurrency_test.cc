@@ -1,4 +1,4 @@
-// BasicEventPool under concurrency, through HostBackend: 2 to 64 threads doing random Get, Put and
+// BasicHandlePool under concurrency, through HostBackend: 2 to 64 threads doing random Get, Put and
 // Purge on several devices, with faults injected into creates and events handed between threads;
 // every scenario runs with per-thread caches on and off. The stream scenarios run the same over
 // HostStreamBackend (the core's stream paths): tokens are put back busy at random, and some go
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_checks.h"
 #include "pool_policies.h"
@@ -84,7 +84,7 @@ struct Scenario {
   bool cached;           // DefaultPoolPolicy (per-thread caches) or NoCachePolicy<>
   bool streams = false;  // HostStreamBackend
   // Per device: over it, Puts retire events, and Gets reuse them or destroy those found surplus
-  // (detail/retired_events.h).
+  // (detail/retired_handles.h).
   std::size_t idle_limit = kUnlimitedIdle;
   std::string name() const {
     return std::string(streams ? "streams_" : "") + std::to_string(threads) + "threads_" +
@@ -97,7 +97,7 @@ struct Scenario {
 
 template <class Backend, class Policy>
 void run_scenario(const Scenario &scenario) {
-  using Pool = BasicEventPool<Backend, Policy>;
+  using Pool = BasicHandlePool<Backend, Policy>;
   constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kTotalOperations = 400'000;
   constexpr std::size_t kMaxHeld = 6;
@@ -230,7 +230,7 @@ std::vector<Scenario> scenarios() {
 INSTANTIATE_TEST_SUITE_P(Scenarios, PoolConcurrency, testing::ValuesIn(scenarios()),
                          [](const auto &info) { return info.param.name(); });
 
-// Checked pools ask each other about every handle they have no record of (detail/event_checker.h):
+// Checked pools ask each other about every handle they have no record of (detail/handle_checker.h):
 // threads make and destroy checked pools while the others' Puts of bare tokens that no pool handed
 // out walk the list of checkers. Every such Put is accepted, every event is destroyed once, and no
 // pool's end meets a walk on its checker.
@@ -242,7 +242,7 @@ TEST(CheckedPoolsConcurrency, PoolsMadeAndDestroyedWhileOthersAskThemAboutHandle
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&] {
       for (int round = 0; round < kRounds; ++round) {
-        BasicEventPool<HostBackend> pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+        BasicHandlePool<HostBackend> pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
         Event own = pool.Get(0);
         try {
           pool.Put(backend.adopt(backend.create(0, 0), -1));  // no pool handed it out: every other is asked

@@ -9,6 +9,7 @@
 #include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
+#include "evpool/cuda_stream.h"
 
 namespace evpool {
 namespace {
@@ -44,6 +45,21 @@ TEST(CUDAEvent, AdoptsAHandleWithItsDeviceAndMovesIt) {
   EXPECT_EQ(assigned.get(), fake_handle());
   EXPECT_EQ(assigned.release(), fake_handle());
   EXPECT_FALSE(assigned);
+  EXPECT_EQ(assigned.device_id(), -1);
+}
+
+// CUDAStream is the same owner over another handle type: adopting, moving and releasing a stream
+// make no CUDA call either.
+TEST(CUDAStream, AdoptsAHandleWithItsDeviceAndMovesIt) {
+  const auto handle = reinterpret_cast<cudaStream_t>(0x2000);
+  CUDAStream stream(handle, 2);
+  EXPECT_EQ(static_cast<cudaStream_t>(stream), handle);
+  EXPECT_EQ(stream.device_id(), 2);
+  CUDAStream assigned;
+  assigned = std::move(stream);
+  EXPECT_FALSE(stream);  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_EQ(assigned.device_id(), 2);
+  EXPECT_EQ(assigned.release(), handle);
   EXPECT_EQ(assigned.device_id(), -1);
 }
 
@@ -98,6 +114,12 @@ TEST(CUDAEventWithoutGpu, CreateThrowsCudaError) {
   EVPOOL_REQUIRE_NO_GPU();
   EXPECT_THROW(CUDAEvent::Create(), CUDAError);
   EXPECT_THROW(CUDAEvent::CreateWithFlags(cudaEventDefault, 0), CUDAError);
+}
+
+TEST(CUDAStreamWithoutGpu, CreateThrowsCudaError) {
+  EVPOOL_REQUIRE_NO_GPU();
+  EXPECT_THROW(CUDAStream::Create(true), CUDAError);
+  EXPECT_THROW(CUDAStream::CreateWithPriority(false, 0, 0), CUDAError);
 }
 
 }  // namespace

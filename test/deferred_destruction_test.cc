@@ -1,5 +1,5 @@
 // Put and the end of a lease call no backend (no driver) on any thread: what they cannot keep is
-// retired, and destroyed on a call that may call the driver (detail/retired_events.h). The thread
+// retired, and destroyed on a call that may call the driver (detail/retired_handles.h). The thread
 // that Puts is marked driver-free, as CUDA's own threads are; the backend counts any create or
 // destroy made there.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "pool_policies.h"
 #include "support/driver_free_threads.h"
@@ -26,7 +26,7 @@ using test::PolicyName;
 template <class Policy>
 class DeferredDestruction : public ::testing::Test {
  protected:
-  using Pool = BasicEventPool<DriverFreeCheckingBackend, Policy>;
+  using Pool = BasicHandlePool<DriverFreeCheckingBackend, Policy>;
   using Event = HostBackend::Event;
 };
 TYPED_TEST_SUITE(DeferredDestruction, BothPolicies, PolicyName);
@@ -90,7 +90,7 @@ TYPED_TEST(DeferredDestruction, AGetThatFindsNoIdleEventHandsARetiredOneOutInste
   const std::uint64_t kept = before.idle + before.retired;
   ASSERT_GT(before.retired, 0u);
   // Every event the pool keeps (idle or retired) is handed out before it creates one, and none is
-  // destroyed on the way: no window has shown them surplus (retired_events.h).
+  // destroyed on the way: no window has shown them surplus (retired_handles.h).
   std::vector<typename TestFixture::Event> got;
   for (std::uint64_t i = 0; i < kept; ++i) got.push_back(pool.Get(0));
   EXPECT_EQ(counters.created(), created) << "a Get created while a retired event was kept";

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "evpool/basic_completion_queue.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/completion_queue.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
@@ -54,7 +54,7 @@ void start_busy_threads(Pool &pool, int threads) {
 
 int host_pool_with_leases() {
   static evpool::HostBackend backend(2);
-  static evpool::BasicEventPool<evpool::HostBackend> pool(backend);
+  static evpool::BasicHandlePool<evpool::HostBackend> pool(backend);
   static std::vector<evpool::HostBackend::Event> leased;
   for (int i = 0; i < 10; ++i) leased.push_back(pool.Get(i % 2));
   pool.Put(pool.Get(0));
@@ -63,7 +63,7 @@ int host_pool_with_leases() {
 
 int host_threads_running() {
   // Leaked, as CUDAEventPool::instance() is: running threads may use it until the process ends.
-  auto *pool = new evpool::BasicEventPool<evpool::HostBackend>(evpool::HostBackend(1));
+  auto *pool = new evpool::BasicHandlePool<evpool::HostBackend>(evpool::HostBackend(1));
   start_busy_threads(*pool, 8);
   std::exit(0);
 }
@@ -117,7 +117,7 @@ void expect_every_callback_ran_at_exit() {
 int host_completion_queue_with_pending_work() {
   expect_every_callback_ran_at_exit();
   static evpool::HostBackend events(1);
-  static evpool::BasicEventPool<evpool::HostBackend> pool(events);
+  static evpool::BasicHandlePool<evpool::HostBackend> pool(events);
   // Never destroyed: the thread below may still be returning from complete_all() when the queue's
   // destructor, which waits for that work, has returned and static destruction goes on.
   static auto &stream = *new evpool::test::HostWorkStream;
@@ -137,7 +137,7 @@ int host_completion_queue_leaked_with_work_that_never_ends() {
   // Never destroyed: its poller is still backing off when the process ends under it. Static
   // pointers, so that LeakSanitizer counts them as reachable, as a program's would be.
   static auto *events = new evpool::HostBackend(1);
-  static auto *pool = new evpool::BasicEventPool<evpool::HostBackend>(*events);
+  static auto *pool = new evpool::BasicHandlePool<evpool::HostBackend>(*events);
   static auto *queue = new evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend>(
       evpool::test::HostCompletionBackend(*pool));
   static evpool::test::HostWorkStream never_done;

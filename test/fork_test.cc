@@ -25,7 +25,7 @@
 
 #include "deterministic/deterministic_policy.h"
 #include "deterministic/deterministic_scheduler.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
@@ -35,7 +35,7 @@
 namespace evpool {
 namespace {
 
-using Pool = BasicEventPool<HostBackend>;
+using Pool = BasicHandlePool<HostBackend>;
 using testing_support::DeterministicScheduler;
 using testing_support::fill;
 using testing_support::StallStrategy;
@@ -123,7 +123,7 @@ TEST(PoolAfterFork, AChildWhoseFirstCallIsAPutForgetsItsParentsEventsFirst) {
 // Without caches no call has a hint to trust: Get and Put check for the fork on the depot's path.
 TEST(PoolAfterFork, AnUncachedPoolsChildNeitherHandsOutNorLosesEvents) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend, NoCachePolicy<>> pool(backend);
+  BasicHandlePool<HostBackend, NoCachePolicy<>> pool(backend);
   fill(pool, 0, 3);
   const std::uint64_t created = backend.created();
 
@@ -145,7 +145,7 @@ TEST(PoolAfterFork, AnUncachedPoolsChildNeitherHandsOutNorLosesEvents) {
 // Where membarrier is refused, the caches a child forgets reopen in the state that sends their
 // owner through its full fence (thread_cache.h). Fails if forget_in_child reopens them as kOpen.
 TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {
-  using FencedPool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
+  using FencedPool = BasicHandlePool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   FencedPool pool(backend);
   fill(pool, 0, 3);                    // this thread's cache is warm when it forks
@@ -429,7 +429,7 @@ struct ForkingPolicy : DefaultPoolPolicy {
 
 TEST(PoolAfterFork, AForkInsideTheSlowLookupAfterItsCheckStillForgetsTheParentsEvents) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend, ForkingPolicy> pool(backend);
+  BasicHandlePool<HostBackend, ForkingPolicy> pool(backend);
   Pool other(backend), third(backend);
   fill(pool, 0, 4);  // 4 idle in this thread's cache for `pool`
   other.Put(other.Get(0));
@@ -550,7 +550,7 @@ TEST(PoolAfterFork, AThreadExitingInTheChildBeforeAnyCallDestroysNoneOfItsParent
 // The deterministic scheduler makes that fork reproducible: thread 0 runs one pool operation and
 // is stalled at each of its atomic operations in turn; meanwhile thread 1 forks, and the child
 // checks that it keeps all kLimit events it puts.
-using SteppedPool = BasicEventPool<HostBackend, testing_support::DeterministicNoCachePolicy<>>;
+using SteppedPool = BasicHandlePool<HostBackend, testing_support::DeterministicNoCachePolicy<>>;
 constexpr int kLimit = 3;
 
 // Runs in the child: Puts kLimit events of its own; all must stay idle, none destroyed.

@@ -5,12 +5,12 @@
 #include <thread>
 #include <utility>
 
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool {
 namespace {
 
-static_assert(EventBackend<HostBackend>);
+static_assert(HandleBackend<HostBackend>);
 
 TEST(HostBackend, RejectsDeviceCountsOutsideItsRange) {
   EXPECT_THROW(HostBackend(0), std::invalid_argument);

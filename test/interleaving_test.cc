@@ -1,4 +1,4 @@
-// BasicEventPool driven through every interleaving (up to a preemption bound), a large seeded
+// BasicHandlePool driven through every interleaving (up to a preemption bound), a large seeded
 // sample of them, or one scripted stall, by the deterministic scheduler. Each history is checked
 // against what a sequential pool guarantees, through LedgerBackend, which remembers every event:
 // - no event is held by two holders at once, and no destroyed event is ever handed out;
@@ -44,7 +44,7 @@
 #include "deterministic/deterministic_policy.h"
 #include "deterministic/deterministic_scheduler.h"
 #include "deterministic/ledger_backend.h"
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
@@ -184,7 +184,7 @@ struct LedgerOf<Policy> {
 template <class Policy>
 class ScenarioRun {
   using Backend = typename LedgerOf<Policy>::type;
-  using Pool = BasicEventPool<Backend, Policy>;
+  using Pool = BasicHandlePool<Backend, Policy>;
   using Event = LedgerBackend::Event;
 
  public:
@@ -327,7 +327,7 @@ class ScenarioRun {
                                idle_beyond_the_limit<Policy>(scenario_.threads.size() + 1);
     for (int device = 0; device < scenario_.devices; ++device)
       if (backend_.ledger().live_on(device) - held_on_[static_cast<std::size_t>(device)] -
-              static_cast<std::int64_t>(pool_->retired_events(device) + pool_->busy_handles(device)) >
+              static_cast<std::int64_t>(pool_->retired_handles(device) + pool_->busy_handles(device)) >
           bound)
         found_.over_idle_limit = 1;
   }
@@ -588,7 +588,7 @@ TYPED_TEST(Interleavings, ArenaGrowsAcrossAChunkBoundaryUnderConcurrentPuts) {
 // schedule with one preemption; the pool's core must be gone, and every event destroyed, once both
 // threads are done.
 TYPED_TEST(Interleavings, ASharedLeaseEndingWhileAnotherThreadDestroysThePool) {
-  using Pool = BasicEventPool<test::TrackedBackend, TypeParam>;
+  using Pool = BasicHandlePool<test::TrackedBackend, TypeParam>;
   BoundedExhaustiveStrategy strategy(1);
   long schedules = 0, core_alive = 0, not_destroyed = 0;
   do {

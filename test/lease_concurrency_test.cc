@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
@@ -45,7 +45,7 @@ struct LeaseScenario {
 
 template <class Backend, class Policy>
 void run_leases(int threads) {
-  using Pool = BasicEventPool<Backend, Policy>;
+  using Pool = BasicHandlePool<Backend, Policy>;
   constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kDevices = 3;
   constexpr int kOperations = 4000;

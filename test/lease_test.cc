@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
@@ -125,7 +125,7 @@ TYPED_TEST(SharedLease, OutlivingItsPoolIsSafeAndNothingLeaks) {
 // its end deferred by the last lease, run by the next deferred work. Fails if either end skips
 // the cache's lease count (the core dies early, or never).
 TYPED_TEST(SharedLease, OnTheInlinedWayTheCoreLivesExactlyAsLongAsTheLastLease) {
-  using Pool = BasicEventPool<test::TrackedBackend, TypeParam>;
+  using Pool = BasicHandlePool<test::TrackedBackend, TypeParam>;
   HostBackend backend(1);
   test::TrackedBackend tracked(backend);
   const std::weak_ptr<const int> core = tracked.watch();

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "support/idle_events.h"
 
@@ -25,7 +25,7 @@ namespace {
 
 using Event = HostBackend::Event;
 using Policy = DefaultPoolPolicy;
-using Pool = BasicEventPool<HostBackend, Policy>;
+using Pool = BasicHandlePool<HostBackend, Policy>;
 
 constexpr std::size_t kStart = Policy::cache_start_capacity;
 constexpr std::size_t kCapacity = Policy::cache_capacity;

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "support/idle_events.h"
 
@@ -22,7 +22,7 @@ namespace {
 
 using Event = HostBackend::Event;
 using Token = HostBackend::handle_type;
-using Pool = BasicEventPool<HostBackend>;
+using Pool = BasicHandlePool<HostBackend>;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -208,7 +208,7 @@ TEST(CheckedPool, DoublePutsRacingWithOtherThreadsGetsLeaveThePoolConsistent) {
   EXPECT_EQ(backend.created(), backend.destroyed()) << "every event created was destroyed once";
 }
 
-// Across pools (event_checker.h): a Put of an event that another checked pool handed out is
+// Across pools (handle_checker.h): a Put of an event that another checked pool handed out is
 // refused, whether the event still records its device or was wrapped bare again (adopted); the
 // caller keeps it, and both pools stay consistent.
 TEST(CheckedPool, AnEventHandedOutByAnotherCheckedPoolIsRefusedAndTheCallerKeepsIt) {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/hooked_atomic.h"
@@ -107,7 +107,7 @@ TYPED_TEST(PoolOptions, ReserveStopsWhereTheDepotIsFull) {
 // so it takes one event and leaves none idle in its cache.
 TEST(PurgeOrder, ACacheIsNotReopenedBeforeTheDepotsAreTrimmed) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
+  BasicHandlePool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
   constexpr int kIdle = 6;
   std::atomic<int> step{0};  // 1: filled and flushed; 2: may Get; 3: got; 4: may exit
   Event got;
@@ -262,7 +262,7 @@ TYPED_TEST(PoolOptions, TheIdleLimitHoldsUnderConcurrency) {
   // The threads have exited, so their caches went to the depot, which respects the limit; what
   // went over it is retired, each retired magazine on a node of its own.
   const std::uint64_t destroyed_before = backend.destroyed();
-  const std::uint64_t retired = pool.retired_events(0);
+  const std::uint64_t retired = pool.retired_handles(0);
   pool.Purge();
   EXPECT_LE(backend.destroyed() - destroyed_before - retired, kLimit) << "more idle events than the limit";
   EXPECT_EQ(backend.created(), backend.destroyed());

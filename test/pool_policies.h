@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
 
@@ -91,7 +91,7 @@ struct PolicyName {
 template <class Policy>
 class HostPoolTest : public ::testing::Test {
  protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
+  using Pool = BasicHandlePool<HostBackend, Policy>;
 };
 
 inline std::string policy_suffix(bool cached) { return cached ? "_cached" : "_uncached"; }

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
@@ -146,7 +146,7 @@ TYPED_TEST(PoolStatsTest, LeasesCountAsGetsAndPuts) {
 template <class Policy>
 void expect_gets_survive_rotation() {
   HostBackend backend(1);
-  BasicEventPool<HostBackend, Policy> pool(backend);
+  BasicHandlePool<HostBackend, Policy> pool(backend);
   pool.Reserve(0, 256);
   std::uint64_t gets = 0, puts = 0;
   const auto expect_counted = [&](const char *after) {
@@ -230,7 +230,7 @@ TYPED_TEST(PoolStatsTest, AnExitedThreadsGetsStayCountedOnceItsCacheIsCollected)
 // inside stats(), after it has requested every cache (support/hooked_atomic.h).
 TEST(PoolStatsCollection, AThreadExitingDuringStatsHasItsEventsMovedToTheDepotByIt) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
+  BasicHandlePool<HostBackend, testing_support::HookedAtomicPolicy> pool(backend);
   constexpr int kHeld = 6;
   std::atomic<bool> filled{false}, may_exit{false};
   std::thread thread([&] {

@@ -1,4 +1,4 @@
-// Retired events (detail/retired_events.h): a Get that finds no idle event reuses a retired one
+// Retired events (detail/retired_handles.h): a Get that finds no idle event reuses a retired one
 // before it creates, and a Get destroys only those that demand has shown surplus, a few at a
 // time. So a steady cycle creates and destroys nothing after its first round, the events the pool
 // created stay within the bound of the design under any pattern, and the retired events of a
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
@@ -42,8 +42,8 @@ template <class C>
 class RetiredEvents : public ::testing::Test {
  protected:
   using Backend = typename C::Backend;
-  using Pool = BasicEventPool<Backend, typename C::Policy>;
-  using Event = typename Pool::event_type;
+  using Pool = BasicHandlePool<Backend, typename C::Policy>;
+  using Event = typename Pool::owner_type;
   static constexpr bool kCached = test::kCached<typename C::Policy>;
 
   // One thread's Gets and Puts on device 0, with what the bound needs: the most events out at once.
@@ -109,7 +109,7 @@ TYPED_TEST(RetiredEvents, ASteadyCycleCreatesAndDestroysNothingAfterItsFirstRoun
     const std::uint64_t created = backend.created();
     ASSERT_GE(created, c.got);
     if (c.got > bound) {
-      ASSERT_GT(pool.retired_events(0), 0u) << "the cycle retires nothing: it tests nothing";
+      ASSERT_GT(pool.retired_handles(0), 0u) << "the cycle retires nothing: it tests nothing";
     }
     for (int n = 2; n <= 10; ++n) {
       round();
@@ -121,7 +121,7 @@ TYPED_TEST(RetiredEvents, ASteadyCycleCreatesAndDestroysNothingAfterItsFirstRoun
   }
 }
 
-// The bound of the design (retired_events.h): of the events the pool created, those alive never
+// The bound of the design (retired_handles.h): of the events the pool created, those alive never
 // exceed the most out at once plus the idle bound, whatever the pattern. Checked after every Get
 // of the worst patterns found on the seam: bursts that return after long stretches of small demand
 // (which make the pool destroy the burst's events as surplus, so that the next burst creates
@@ -166,13 +166,13 @@ TYPED_TEST(RetiredEvents, RetiredEventsAreDestroyedAFewAGetOnceDemandFalls) {
   const std::size_t bound = TestFixture::idle_bound(kLimit);
   driver.cycle(kBurst, bound);
   driver.cycle(kBurst, bound);
-  const std::uint64_t retired = pool.retired_events(0), created = backend.created();
+  const std::uint64_t retired = pool.retired_handles(0), created = backend.created();
   ASSERT_GT(retired, std::uint64_t{detail::kRetiredDestroyedPerGet});
   const std::size_t small = TestFixture::kCached ? 100 : 1;
   const std::uint64_t window = detail::retired_window_gets(retired, kLimit);
   const std::uint64_t most_gets = TestFixture::kCached ? 1'000'000 : 3 * window + retired;
   std::uint64_t gets = 0, most_at_once = 0;
-  while (pool.retired_events(0) > 0 && gets < most_gets) {
+  while (pool.retired_handles(0) > 0 && gets < most_gets) {
     for (std::size_t i = 0; i < small; ++i, ++gets) {
       const std::uint64_t before = backend.destroyed();
       driver.get(1, bound);
@@ -180,7 +180,7 @@ TYPED_TEST(RetiredEvents, RetiredEventsAreDestroyedAFewAGetOnceDemandFalls) {
     }
     driver.put(small);
   }
-  EXPECT_EQ(pool.retired_events(0), 0u) << "still retired after " << gets << " Gets of a demand of " << small;
+  EXPECT_EQ(pool.retired_handles(0), 0u) << "still retired after " << gets << " Gets of a demand of " << small;
   EXPECT_EQ(backend.created(), created) << "a Get created while retired events were kept";
   EXPECT_LE(backend.created() - backend.destroyed(), small + bound)
       << "alive: more than the demand and the idle bound";

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "support/host_stream_backend.h"
@@ -82,7 +82,7 @@ struct Board {
 // stream busy, and none may begin with a busy one).
 template <class Backend>
 void run(bool destroy_pool_while_ending) {
-  using Pool = BasicEventPool<Backend, DefaultPoolPolicy>;
+  using Pool = BasicHandlePool<Backend, DefaultPoolPolicy>;
   using Item = Handed<Pool>;
   constexpr bool kStreams = BusyHandleBackend<Backend>;
   constexpr int kBeginners = 2, kEnders = 2, kRounds = 4000;

@@ -1,4 +1,4 @@
-// The spinlock baseline against BasicEventPool: both are LIFO per device, so the same sequence of
+// The spinlock baseline against BasicHandlePool: both are LIFO per device, so the same sequence of
 // explicit-device operations must hand out the same tokens in the same order from both.
 #include "competitors/spinlock_event_pool.h"
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 
 namespace evpool {
@@ -30,11 +30,11 @@ TEST(SpinlockBaseline, ReusesPutEventsAndDestroysIdleOnesOnPurge) {
   EXPECT_EQ(backend.destroyed(), 2u);
 }
 
-TEST(SpinlockBaseline, HandsOutTheSameTokensAsBasicEventPoolForTheSameOperations) {
+TEST(SpinlockBaseline, HandsOutTheSameTokensAsBasicHandlePoolForTheSameOperations) {
   constexpr int kDevices = 3;
   HostBackend evpool_backend(kDevices);
   HostBackend baseline_backend(kDevices);
-  BasicEventPool<HostBackend> lock_free(evpool_backend);
+  BasicHandlePool<HostBackend> lock_free(evpool_backend);
   competitors::SpinlockEventPool<HostBackend> spinlock(baseline_backend);
   std::vector<Event> held_lock_free, held_spinlock;
 

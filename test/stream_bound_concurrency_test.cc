@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/pool_cap.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
@@ -19,13 +19,13 @@ namespace evpool {
 namespace {
 
 using test::HostStreamBackend;
-using Stream = HostStreamBackend::event_type;
+using Stream = HostStreamBackend::owner_type;
 using Clock = HostStreamBackend::Clock;
 
 template <class Policy>
 class StreamBoundConcurrency : public testing::Test {
  protected:
-  using Pool = BasicEventPool<HostStreamBackend, Policy>;
+  using Pool = BasicHandlePool<HostStreamBackend, Policy>;
 };
 TYPED_TEST_SUITE(StreamBoundConcurrency, test::StreamPolicies, test::PolicyName);
 

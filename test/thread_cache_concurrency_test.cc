@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
@@ -69,8 +69,8 @@ class ThreadCacheConcurrency : public testing::Test {
   using Backend = typename Configuration::Backend;
   using Policy = typename Configuration::Policy;
   using TrackedBackend = test::Tracked<Backend>;
-  using Pool = BasicEventPool<Backend, Policy>;
-  using TrackedPool = BasicEventPool<TrackedBackend, Policy>;
+  using Pool = BasicHandlePool<Backend, Policy>;
+  using TrackedPool = BasicHandlePool<TrackedBackend, Policy>;
 };
 TYPED_TEST_SUITE(ThreadCacheConcurrency, Configurations, ConfigurationName);
 
@@ -473,14 +473,14 @@ TYPED_TEST(ThreadCacheConcurrency, TheIdleBoundHoldsWhileThreadsLiveAndIsTheLimi
     });
 
   sync.arrive_and_wait();
-  const std::uint64_t idle = backend.created() - backend.destroyed() - pool.retired_events(0);
+  const std::uint64_t idle = backend.created() - backend.destroyed() - pool.retired_handles(0);
   EXPECT_LE(idle, kLimit + kThreads * kPerThreadCacheBound<typename TestFixture::Policy>)
       << "more idle events than limit + threads x 2 x cache_capacity";
   pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed()) << "Purge missed events in live threads' caches";
   sync.arrive_and_wait();
   for (std::thread &thread : threads) thread.join();
-  EXPECT_LE(backend.created() - backend.destroyed() - pool.retired_events(0), kLimit)
+  EXPECT_LE(backend.created() - backend.destroyed() - pool.retired_handles(0), kLimit)
       << "the exited threads' caches must go to the depot, which keeps at most the limit";
   pool.Purge();
   EXPECT_EQ(backend.created(), backend.destroyed());

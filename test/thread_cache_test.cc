@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/deferred_work.h"
 #include "evpool/host_backend.h"
 #include "pool_policies.h"
@@ -74,8 +74,8 @@ class ParkedThread {
 template <class Policy>
 class ThreadCache : public testing::Test {
  protected:
-  using Pool = BasicEventPool<HostBackend, Policy>;
-  using TrackedPool = BasicEventPool<TrackedBackend, Policy>;
+  using Pool = BasicHandlePool<HostBackend, Policy>;
+  using TrackedPool = BasicHandlePool<TrackedBackend, Policy>;
 };
 TYPED_TEST_SUITE(ThreadCache, CachePolicies, PolicyName);
 
@@ -102,7 +102,7 @@ TYPED_TEST(ThreadCache, AThreadsPutsStayInItsCacheBeforeAndAfterAPurge) {
 // its owner through the full fence. Fails if any of them opens it as kOpen, or if the fenced path
 // skips the fence.
 TEST(FencedThreadCache, EveryWayACacheOpensMakesItsOwnerFenceFully) {
-  using Pool = BasicEventPool<HostBackend, test::OwnersFenceFullyPolicy>;
+  using Pool = BasicHandlePool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   Pool pool(backend);
   const auto fences_in_a_get_and_a_put = [&] {  // one per call
@@ -177,7 +177,7 @@ struct HookedBackend : HostBackend {
 // after the other thread's empty one): before the depot trim, which must then reach every event
 // idle at the start of the Purge but the one the Get took.
 TYPED_TEST(ThreadCache, AGetDuringPurgeLeavesNoEventThatWasIdleWhenItBeganAlive) {
-  using Pool = BasicEventPool<HookedBackend, TypeParam>;
+  using Pool = BasicHandlePool<HookedBackend, TypeParam>;
   HostBackend backend(1);
   HookedBackend hooked(backend);
   const std::shared_ptr<std::function<void()>> hook = hooked.hook;
@@ -404,7 +404,7 @@ namespace {
 // call takes the slow lookup, which would reorder the hints (thread_cache_directory.h).
 TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend> a(backend), b(backend);
+  BasicHandlePool<HostBackend> a(backend), b(backend);
   a.Put(a.Get(0));
   b.Put(b.Get(0));
   const detail::ThreadCacheDirectory::Entry b_hint = detail::this_thread_caches.hints[0];  // b: last
@@ -424,7 +424,7 @@ TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
     EXPECT_TRUE(unchanged()) << "a call on b took the slow lookup on round " << i;
   }
   // A third pool evicts the one used least recently, and is found through the first hint.
-  BasicEventPool<HostBackend> c(backend);
+  BasicHandlePool<HostBackend> c(backend);
   c.Put(c.Get(0));
   EXPECT_EQ(detail::this_thread_caches.hints[1].pool_id, b_hint.pool_id) << "b was used last before c";
 }
@@ -434,7 +434,7 @@ TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
 // bypass the cache that the flush abandoned, whichever of the two hints named it.
 TEST(ThreadCacheHints, NoHintSurvivesTheThreadsExitFlush) {
   HostBackend backend(1);
-  BasicEventPool<HostBackend> a(backend), b(backend);
+  BasicHandlePool<HostBackend> a(backend), b(backend);
   bool hinted_after_flush = true;
   std::thread([&] {
     struct CheckAtExit {

@@ -12,14 +12,14 @@
 #include <utility>
 
 #include "evpool/detail/cache_line_padded.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::competitors {
 
-template <EventBackend Backend>
+template <HandleBackend Backend>
 class BoostLockfreeEventPool {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
 
   explicit BoostLockfreeEventPool(Backend backend = Backend(),
                                   typename Backend::options_type options = Backend::kDefaultOptions)
@@ -32,13 +32,13 @@ class BoostLockfreeEventPool {
   BoostLockfreeEventPool &operator=(const BoostLockfreeEventPool &) = delete;
   ~BoostLockfreeEventPool() { Purge(); }
 
-  event_type Get(int device) {
+  owner_type Get(int device) {
     typename Backend::handle_type handle;
     if (devices_[device]->pop(handle)) return backend_.adopt(handle, device);
     return backend_.adopt(backend_.create(options_, device), device);
   }
 
-  void Put(event_type &&event, int device) {
+  void Put(owner_type &&event, int device) {
     // push copies the handle first and only then allocates; release only once it succeeded.
     if (!devices_[device]->push(event.get())) throw std::bad_alloc();
     event.release();

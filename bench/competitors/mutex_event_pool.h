@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "evpool/detail/cache_line_padded.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::competitors {
 
-template <EventBackend Backend>
+template <HandleBackend Backend>
 class MutexEventPool {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
 
   explicit MutexEventPool(Backend backend = Backend(),
                           typename Backend::options_type options = Backend::kDefaultOptions)
@@ -28,7 +28,7 @@ class MutexEventPool {
   MutexEventPool &operator=(const MutexEventPool &) = delete;
   ~MutexEventPool() { Purge(); }
 
-  event_type Get(int device) {
+  owner_type Get(int device) {
     DeviceList &list = devices_[device].value;
     {
       std::lock_guard<std::mutex> lock(list.mutex);
@@ -41,7 +41,7 @@ class MutexEventPool {
     return backend_.adopt(backend_.create(options_, device), device);
   }
 
-  void Put(event_type &&event, int device) {
+  void Put(owner_type &&event, int device) {
     DeviceList &list = devices_[device].value;
     std::lock_guard<std::mutex> lock(list.mutex);
     list.idle.push_back(event.release());  // a bad_alloc here leaves the event with the caller

@@ -13,11 +13,11 @@
 #include <memory>
 #include <mutex>
 
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::competitors {
 
-template <EventBackend Backend, std::size_t kStreams = 32>
+template <HandleBackend Backend, std::size_t kStreams = 32>
 class RoundRobinStreams {
  public:
   using handle_type = typename Backend::handle_type;

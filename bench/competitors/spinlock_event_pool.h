@@ -1,7 +1,7 @@
 // evpool competitor: a faithful re-implementation of the design evpool replaces. Private;
 // benchmarks and differential tests only.
 //
-// DALI's CUDAEventPool (dali/core/cuda_event_pool.cc), over the EventBackend concept: per-device
+// DALI's CUDAEventPool (dali/core/cuda_event_pool.cc), over the HandleBackend concept: per-device
 // intrusive lists of heap-allocated EventEntry nodes plus one list of spare nodes, all behind one
 // yielding spinlock (100 spins, then yield). Events are created outside the lock on a miss; a Put
 // with no spare node drops the lock to allocate one. Get and Put with device -1 use the current
@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "competitors/yielding_spinlock.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::competitors {
 
-template <EventBackend Backend>
+template <HandleBackend Backend>
 class SpinlockEventPool {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
 
   explicit SpinlockEventPool(Backend backend = Backend(),
                              typename Backend::options_type options = Backend::kDefaultOptions)
@@ -33,14 +33,14 @@ class SpinlockEventPool {
   SpinlockEventPool &operator=(const SpinlockEventPool &) = delete;
   ~SpinlockEventPool() { Purge(); }
 
-  event_type Get(int device_id = -1) {
+  owner_type Get(int device_id = -1) {
     if (device_id == -1) device_id = backend_.current_device();
-    event_type event = GetFromPool(device_id);
+    owner_type event = GetFromPool(device_id);
     if (!event) return backend_.adopt(backend_.create(options_, device_id), device_id);
     return event;
   }
 
-  void Put(event_type &&event, int device_id = -1) {
+  void Put(owner_type &&event, int device_id = -1) {
     if (device_id < 0) device_id = backend_.current_device();
     assert(device_id >= 0 && device_id < static_cast<int>(device_lists_.size()));
     std::unique_lock<Lock> lock(lock_);
@@ -65,16 +65,16 @@ class SpinlockEventPool {
   using Lock = YieldingSpinlock<100>;
 
   struct EventEntry {
-    event_type event;
+    owner_type event;
     EventEntry *next;
   };
 
-  event_type GetFromPool(int device_id) {
+  owner_type GetFromPool(int device_id) {
     assert(device_id >= 0 && device_id < static_cast<int>(device_lists_.size()));
     std::lock_guard<Lock> guard(lock_);
     EventEntry *entry = Pop(device_lists_[static_cast<std::size_t>(device_id)]);
-    if (!entry) return event_type();
-    event_type event = std::move(entry->event);
+    if (!entry) return owner_type();
+    owner_type event = std::move(entry->event);
     Push(spare_, entry);
     return event;
   }

@@ -1,7 +1,7 @@
 // evpool: CUDAEventPool, a drop-in replacement for DALI's dali::CUDAEventPool.
 //
 // Same signature as DALI's (constructor, Get, Put, Purge, instance()), so that code written for it
-// compiles unchanged once the namespace is evpool; underneath is BasicEventPool over CUDABackend
+// compiles unchanged once the namespace is evpool; underneath is BasicHandlePool over CUDAEventBackend
 // (lock-free, one stack per device), with its extras: Reserve, Trim, an idle limit, leases. One
 // deliberate difference: Put with device -1 files the event under the device it was created on,
 // not under the current device.
@@ -13,15 +13,15 @@
 #include <new>
 #include <stdexcept>
 
-#include "evpool/basic_event_pool.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/basic_handle_pool.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/export.h"
 
 namespace evpool {
 
-class EVPOOL_API CUDAEventPool : public BasicEventPool<CUDABackend> {
+class EVPOOL_API CUDAEventPool : public BasicHandlePool<CUDAEventBackend> {
  public:
   /// An empty pool for every visible device, creating events with `event_flags` and keeping at
   /// most `max_idle_per_device` idle events per device, checking for misuse if `checks` or the
@@ -30,7 +30,7 @@ class EVPOOL_API CUDAEventPool : public BasicEventPool<CUDABackend> {
   /// a value of EVPOOL_CHECKED other than 0 or 1.
   explicit CUDAEventPool(unsigned event_flags = cudaEventDisableTiming,
                          std::size_t max_idle_per_device = kUnlimitedIdle, Checks checks = Checks::kDefault)
-      : BasicEventPool(CUDABackend{}, event_flags, max_idle_per_device, checks) {}
+      : BasicHandlePool(CUDAEventBackend{}, event_flags, max_idle_per_device, checks) {}
 
   /// The process-wide pool of cudaEventDisableTiming events, created on first use (thread-safe).
   /// It is never destroyed: threads may still use it while the process exits, and the driver

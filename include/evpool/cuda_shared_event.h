@@ -5,7 +5,7 @@
 // DALI's class is a std::shared_ptr<void> around the handle whose deleter Puts the event back into
 // a pool captured by pointer: every GetFromPool allocates a control block holding a type-erased
 // deleter, and a copy that outlives its pool Puts into a destroyed one. Here an event got from a
-// pool is a SharedEventLease (shared_event_lease.h) and nothing else: the lease's own count is the
+// pool is a SharedLease (shared_lease.h) and nothing else: the lease's own count is the
 // reference count (no second control block, no deleter), and the event goes back to its pool when
 // the last copy dies, or is destroyed if the pool is gone by then. Events that belong to no pool
 // (Create, or a handle with a caller's deleter) keep DALI's representation, a std::shared_ptr<void>

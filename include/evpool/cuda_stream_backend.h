@@ -2,9 +2,9 @@
 //
 // Design rationale
 // ----------------
-// A stream pool is the event pool's core over this backend: the same caches, depots, leases and
-// checks. Streams differ from events in three ways, each answered here and used by the core only
-// where a backend offers it (event_backend.h):
+// A stream pool is the core of the event pool, BasicHandlePool, over this backend: the same caches,
+// depots, leases and checks. Streams differ from events in three ways, each answered here and used
+// by the core only where a backend offers it (handle_backend.h):
 // - they are created with a priority beside their flags: StreamOptions, the pool's options;
 // - they can be busy: a stream put back while its work is pending must not be handed out while
 //   an idle one can be (has_pending_work, one cuStreamQuery). The driver answers that under a
@@ -48,7 +48,7 @@ struct StreamOptions {
 /// is whether it asks streams (StreamReuse). Every member is thread-safe (CUDA is).
 struct EVPOOL_API CUDAStreamBackend {
   using handle_type = cudaStream_t;
-  using event_type = CUDAStream;
+  using owner_type = CUDAStream;
   using options_type = StreamOptions;
   static constexpr StreamOptions kDefaultOptions{};
 

@@ -1,8 +1,8 @@
 // evpool: CUDAStreamPool and CUDAStreamLease, a drop-in replacement for DALI's dali::CUDAStreamPool.
 //
 // Same signature as DALI's (Get returns a lease, Put, Purge, instance()), so that code written
-// for it compiles once the namespace is evpool. Underneath is the event pool's core
-// (BasicEventPool) over CUDAStreamBackend: per-thread caches in front of lock-free per-device
+// for it compiles once the namespace is evpool. Underneath is the core of CUDAEventPool too,
+// BasicHandlePool, over CUDAStreamBackend: per-thread caches in front of lock-free per-device
 // depots, leases that may outlive their pool, Reserve, Trim, an idle limit, stats, checked mode,
 // fork and exit safety. What streams add:
 // - a stream is leased exclusively: no other caller gets it until its lease ends, so one
@@ -11,7 +11,7 @@
 // - Get never hands out a stream whose work is still pending: it asks (a driver query) the
 //   thread's newest cached stream, then the oldest of each of its magazines, then the depot's,
 //   where the busy streams it meets are set aside and asked again when nothing else is idle, and
-//   creates only when every stream of the depot and set aside is busy (detail/event_pool_core.h,
+//   creates only when every stream of the depot and set aside is busy (detail/handle_pool_core.h,
 //   take_older_or_bypass; detail/device_depots.h, take_idle). Asking is serialised in the driver
 //   (cuda_stream_backend.h): a pool built with StreamReuse::kAtOnce asks nothing, for callers
 //   that hand their streams back synchronised.
@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/cuda_stream.h"
 #include "evpool/cuda_stream_backend.h"
 #include "evpool/export.h"
@@ -81,17 +81,17 @@ class EVPOOL_API CUDAStreamLease {
 
  private:
   friend class CUDAStreamPool;
-  using Lease = BasicEventPool<CUDAStreamBackend, StreamPoolPolicy>::unique_lease;
+  using Lease = BasicHandlePool<CUDAStreamBackend, StreamPoolPolicy>::unique_lease;
   CUDAStreamLease(Lease &&lease, CUDAStreamPool *pool) noexcept : lease_(std::move(lease)), pool_(pool) {}
 
   Lease lease_;
   CUDAStreamPool *pool_ = nullptr;
 };
 
-/// Each function's thread-safety, progress and errors are BasicEventPool's (basic_event_pool.h),
-/// with "event" read as "stream"; what differs is said here.
-class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, StreamPoolPolicy> {
-  using Base = BasicEventPool<CUDAStreamBackend, StreamPoolPolicy>;
+/// Each function's thread-safety, progress and errors are BasicHandlePool's (basic_handle_pool.h),
+/// with "handle" read as "stream"; what differs is said here.
+class EVPOOL_API CUDAStreamPool : private BasicHandlePool<CUDAStreamBackend, StreamPoolPolicy> {
+  using Base = BasicHandlePool<CUDAStreamBackend, StreamPoolPolicy>;
 
  public:
   /// An empty pool for every visible device, creating streams with `stream_flags`
@@ -127,7 +127,7 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   /// be handed back while it is being captured.
   /// Throws, before taking ownership (the caller still owns `stream`), std::invalid_argument for an
   /// empty stream or a `device_id` that contradicts the stream's device, and what
-  /// BasicEventPool::Put throws.
+  /// BasicHandlePool::Put throws.
   void Put(CUDAStream &&stream, int device_id = -1) { Base::Put(std::move(stream), device_id); }
 
   using Base::checked;
@@ -142,8 +142,8 @@ class EVPOOL_API CUDAStreamPool : private BasicEventPool<CUDAStreamBackend, Stre
   using Base::stats;
   using Base::Trim;
 
-  /// The device's retired streams (BasicEventPool::retired_events). Thread-safe, wait-free.
-  std::uint64_t retired_streams(int device_id) const { return Base::retired_events(device_id); }
+  /// The device's retired streams (BasicHandlePool::retired_handles). Thread-safe, wait-free.
+  std::uint64_t retired_streams(int device_id) const { return Base::retired_handles(device_id); }
 
   /// The flags and priority streams are created with, and when they are handed out again.
   /// Thread-safe, wait-free.

@@ -9,16 +9,16 @@
 // the next call that may call the driver anyway:
 //
 //   graph-owned events        return to their pools (the lease each holds ends)
-//   pools destroyed while     their last lease has ended: their retired events are destroyed
+//   pools destroyed while     their last lease has ended: their retired handles are destroyed
 //   leases were out           and their state freed
 //
 // run_deferred_work() runs it, and so do every pool's stats(), Trim, Purge, and a Get off its fast
 // path (one that refills its thread's cache, or goes around it: every Get of a pool without
 // caches). So a Get of one pool may run what another deferred, such as the end of a pool
-// destroyed while leases were out, which destroys that pool's events. Pushes and the taking of the whole list are
+// destroyed while leases were out, which destroys that pool's handles. Pushes and the taking of the whole list are
 // compare-exchange and exchange on one word: a list taken whole is never popped node by node, so
 // the head has no ABA. What is still deferred when the process exits stays undone, as the
-// process-wide pools stay undestroyed (the driver reclaims their events).
+// process-wide pools stay undestroyed (the driver reclaims their handles).
 #pragma once
 
 #include "evpool/detail/require_cxx20.h"

@@ -1,4 +1,4 @@
-// evpool: HostBackend, an event backend of host tokens, for tests and CPU benchmarks.
+// evpool: HostBackend, a backend of host tokens that stand for events, for tests and CPU benchmarks.
 //
 // Design rationale
 // ----------------
@@ -14,6 +14,10 @@
 // the same one. The backend counts creates and destroys, and injects faults: a chosen create
 // fails with HostBackendFault. Like the CUDA runtime it models, the current device is a property
 // of the calling thread. Copies of a HostBackend share one state.
+//
+// Its tokens model CUDA events: never busy, and a bare token tells no device (the backend has
+// neither has_pending_work nor query_device). Hence the names HostBackend and Event; the tests'
+// HostStreamBackend (test/support/host_stream_backend.h) adds both and makes the tokens streams.
 #pragma once
 
 #include <atomic>
@@ -88,7 +92,7 @@ class EVPOOL_API HostBackend {
     handle_type token_ = 0;
     int device_ = -1;
   };
-  using event_type = Event;
+  using owner_type = Event;
 
   /// A backend of `device_count` devices, in [1, kMaxDevices]; std::invalid_argument otherwise.
   explicit HostBackend(int device_count = 1);

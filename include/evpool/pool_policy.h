@@ -1,4 +1,4 @@
-// evpool: the policy that configures the lock-free core of BasicEventPool.
+// evpool: the policy that configures the lock-free core of BasicHandlePool.
 //
 // Design rationale
 // ----------------
@@ -28,7 +28,7 @@
 namespace evpool {
 
 /// The production configuration: std::atomic, a 40-bit ABA tag, no backoff, per-thread caches of
-/// magazines filled to 32 events at first and up to 256 in threads that trade with the depot
+/// magazines filled to 32 handles at first and up to 256 in threads that trade with the depot
 /// often, depots of 8 stripes.
 struct DefaultPoolPolicy {
   template <class T>
@@ -42,9 +42,9 @@ struct DefaultPoolPolicy {
   /// and 206 M/s against 82 and 170 at best, with 4 to 256 pauses at most; equal elsewhere).
   using backoff = detail::NoBackoff;
 
-  /// The most events a magazine of the per-thread caches holds (see detail/thread_cache.h); 0: no
+  /// The most handles a magazine of the per-thread caches holds (see detail/thread_cache.h); 0: no
   /// caches, every Get and Put goes to the shared per-device stacks. A thread's cache holds at
-  /// most two magazines per device: 2 x cache_capacity idle events. A magazine node takes
+  /// most two magazines per device: 2 x cache_capacity idle handles. A magazine node takes
   /// 8 + cache_capacity x sizeof(handle) bytes, rounded up to 128 (2,176 with CUDA's handles).
   static constexpr unsigned cache_capacity = 256;
 
@@ -52,7 +52,7 @@ struct DefaultPoolPolicy {
   /// `cache_growth_trades` trades of a magazine with the depot it doubles, up to cache_capacity,
   /// until the next Purge or Trim (detail/thread_cache.h, "Magazine size"). A thread whose Gets and
   /// Puts balance never trades and keeps filling to 32; a pipeline's completion thread, which only
-  /// puts, reaches 256 after 12 trades and then hands over a magazine per 256 events instead of
+  /// puts, reaches 256 after 12 trades and then hands over a magazine per 256 handles instead of
   /// per 32, and its producers take them as full (bench/results/h200-magazines: handoff at 16
   /// threads, 96 M/s with 32, 572 with 256). A policy that sets cache_capacity alone keeps this
   /// start of 32; FixedMagazinePolicy fixes both.
@@ -61,7 +61,7 @@ struct DefaultPoolPolicy {
 
   /// Pairs of stack heads per device depot (a power of two; see detail/depot.h): threads that
   /// trade magazines with the depot are spread over them. More stripes spread more threads; a
-  /// Get that finds the depot empty looks at every one before creating an event.
+  /// Get that finds the depot empty looks at every one before creating a handle.
   static constexpr unsigned depot_stripes = 8;
 
   /// Whether the pool counts what it does, for stats() (pool_stats.h): a plain increment per call
@@ -107,9 +107,9 @@ struct NoCachePolicy : Base {
   using backoff = detail::ExponentialBackoff;
 };
 
-/// Same as `Base`, but with magazines of `Capacity` events that never grow: a thread trades with
+/// Same as `Base`, but with magazines of `Capacity` handles that never grow: a thread trades with
 /// the depot once every `Capacity` Gets or Puts that its cache cannot absorb, and holds at most
-/// 2 x `Capacity` idle events per device.
+/// 2 x `Capacity` idle handles per device.
 /// The stream pool's policy (CUDAStreamPool): the default one with smaller magazines, 8 streams
 /// growing to 32, so that a thread keeps at most 64 idle streams per device instead of 512 events.
 /// A stream holds more of the driver than an event does (its own work queue), and a scheduler

@@ -1,10 +1,10 @@
-// evpool: PoolStats, what a pool has done and holds, per device (BasicEventPool::stats()).
+// evpool: PoolStats, what a pool has done and holds, per device (BasicHandlePool::stats()).
 //
 // Design rationale
 // ----------------
 // The counters must cost the fast path no shared write, or they would bring back the ceiling the
 // caches removed, and a hit should not pay for them at all. So a Get served by the calling
-// thread's cache is counted in the very word that holds its magazine's event count (one add does
+// thread's cache is counted in the very word that holds its magazine's handle count (one add does
 // both), a Put is not counted at all, and only calls that go around the cache (a miss that creates,
 // a bypassed cache, a pool without caches), creations and destructions, which call the driver or
 // touch the depot anyway, write the pool's shared counters (detail/call_counts.h). stats() adds
@@ -14,7 +14,7 @@
 // counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
 // Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches,
-// retired, busy. Derived, from the conservation of events (every event the pool created or adopted and
+// retired, busy. Derived, from the conservation of handles (every handle the pool created or adopted and
 // did not destroy is idle, retired, set aside busy or outstanding):
 //
 //   outstanding = created + puts_adopted - destroyed - idle - retired - busy
@@ -25,13 +25,13 @@
 // All figures are exact once no call is in progress; between calls the counts of different
 // threads are read at different instants, so a busy pool's figures may be off by the calls in
 // flight. The tests check each figure against evidence from outside the pool: the backend's own
-// counts of creations and destructions, the events the test holds, and the Gets that hit before
+// counts of creations and destructions, the handles the test holds, and the Gets that hit before
 // the backend must create (test/pool_stats_test.cc).
 //
 // The peak of outstanding is a bound, not a count: the exact peak of a sum of per-thread counts
 // would need a shared write per call. The bound is the peak of (created - destroyed), tracked at
-// each creation, plus every adopted event: an outstanding event was created or adopted and not
-// destroyed. For a pool whose events were all created by it and never purged it is the most events
+// each creation, plus every adopted handle: an outstanding handle was created or adopted and not
+// destroyed. For a pool whose handles were all created by it and never purged it is the most handles
 // the pool ever held, which is also what it costs in driver memory.
 
 #pragma once
@@ -46,18 +46,18 @@ namespace evpool {
 /// One device's figures. Counters start at 0 when the pool is constructed, and in a fork() child
 /// (which starts empty).
 struct DeviceStats {
-  std::uint64_t created = 0;       ///< events the pool created: Get misses and Reserve
-  std::uint64_t destroyed = 0;     ///< events the pool destroyed: Purge, Trim, over the idle limit
+  std::uint64_t created = 0;       ///< handles the pool created: Get misses and Reserve
+  std::uint64_t destroyed = 0;     ///< handles the pool destroyed: Purge, Trim, over the idle limit
                                    ///< (retired first, destroyed on a later call)
-  std::uint64_t gets = 0;          ///< Gets and leases begun (the events handed out)
-  std::uint64_t gets_hit = 0;      ///< of those, served by an idle event (cache or depot)
-  std::uint64_t gets_missed = 0;   ///< of those, served by creating an event (a retired event
+  std::uint64_t gets = 0;          ///< Gets and leases begun (the handles handed out)
+  std::uint64_t gets_hit = 0;      ///< of those, served by an idle handle (cache or depot)
+  std::uint64_t gets_missed = 0;   ///< of those, served by creating a handle (a retired handle
                                    ///< handed out again counts as a hit)
-  std::uint64_t puts = 0;          ///< Puts accepted and leases ended, of events that know their
+  std::uint64_t puts = 0;          ///< Puts accepted and leases ended, of handles that know their
                                    ///< device (the pool's own, handed back); derived, see above
-  std::uint64_t puts_adopted = 0;  ///< Puts accepted of events that do not know their device (a
+  std::uint64_t puts_adopted = 0;  ///< Puts accepted of handles that do not know their device (a
                                    ///< bare handle wrapped by the caller): adopted from outside. An
-                                   ///< outside event that knows its device passes for a return:
+                                   ///< outside handle that knows its device passes for a return:
                                    ///< outstanding then reads one less
   std::uint64_t idle = 0;          ///< idle now, in the depot and in every thread's cache
   std::uint64_t idle_in_depot = 0;

@@ -113,7 +113,7 @@ class LedgerBackend {
     handle_type token_ = 0;
     int device_ = -1;
   };
-  using event_type = Event;
+  using owner_type = Event;
 
   explicit LedgerBackend(int device_count = 1)
       : device_count_(device_count), ledger_(std::make_shared<Ledger>(device_count)) {}

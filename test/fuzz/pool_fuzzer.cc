@@ -1,5 +1,5 @@
 // libFuzzer target: random sequences of Get, Put, Purge, current-device changes and injected
-// create faults on a 3-device BasicEventPool<HostBackend>, each checked against a sequential model
+// create faults on a 3-device BasicHandlePool<HostBackend>, each checked against a sequential model
 // (a LIFO stack of idle tokens per device). Any difference traps.
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 
 namespace {
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
   std::vector<HostBackend::Event> held;
   std::uint64_t created = 0, destroyed = 0;
   {
-    evpool::BasicEventPool<HostBackend> pool(backend);
+    evpool::BasicHandlePool<HostBackend> pool(backend);
     std::vector<std::uint64_t> idle[kDevices];  // the model
     Input input(data, size);
     while (!input.empty()) {

@@ -18,7 +18,7 @@
 #include <cstring>
 
 #ifdef EVPOOL_HOST_POOL
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #endif
 
@@ -48,8 +48,8 @@ bool load(const char *path, Plugin &plugin) {
 }
 
 #ifdef EVPOOL_HOST_POOL
-evpool::BasicEventPool<evpool::HostBackend> &own_pool() {
-  static evpool::BasicEventPool<evpool::HostBackend> pool{evpool::HostBackend(1)};
+evpool::BasicHandlePool<evpool::HostBackend> &own_pool() {
+  static evpool::BasicHandlePool<evpool::HostBackend> pool{evpool::HostBackend(1)};
   return pool;
 }
 std::uint64_t own_get_and_put() {

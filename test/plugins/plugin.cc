@@ -4,13 +4,13 @@
 // another plugin's (or a fork parent's) thread cache.
 #include <cstdint>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 
 namespace {
 
-evpool::BasicEventPool<evpool::HostBackend> &pool() {
-  static evpool::BasicEventPool<evpool::HostBackend> instance{evpool::HostBackend(1)};
+evpool::BasicHandlePool<evpool::HostBackend> &pool() {
+  static evpool::BasicHandlePool<evpool::HostBackend> instance{evpool::HostBackend(1)};
   return instance;
 }
 
@@ -35,7 +35,7 @@ std::uint64_t plugin_events_created() { return pool().stats().total().created; }
 /// cache, which makes the thread's directory look at every cache it holds (of other plugins too).
 /// True if that pool created its own event.
 bool plugin_use_a_new_pool() {
-  evpool::BasicEventPool<evpool::HostBackend> fresh{evpool::HostBackend(1)};
+  evpool::BasicHandlePool<evpool::HostBackend> fresh{evpool::HostBackend(1)};
   fresh.Put(fresh.Get(0), 0);
   return fresh.stats().total().created == 1;
 }

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/pool_policy.h"
 
 namespace {
@@ -21,7 +21,7 @@ struct Token {
 
 struct MinimalBackend {
   using handle_type = std::uint64_t;
-  using event_type = Token;
+  using owner_type = Token;
   using options_type = unsigned;
   static constexpr unsigned kDefaultOptions = 0;
   void validate_options(unsigned) const {}
@@ -37,5 +37,5 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
 
 }  // namespace
 
-template class evpool::BasicEventPool<MinimalBackend>;
-template class evpool::BasicEventPool<MinimalBackend, evpool::ExponentialBackoffPolicy<>>;
+template class evpool::BasicHandlePool<MinimalBackend>;
+template class evpool::BasicHandlePool<MinimalBackend, evpool::ExponentialBackoffPolicy<>>;

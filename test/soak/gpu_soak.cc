@@ -53,9 +53,9 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/completion_queue.h"
-#include "evpool/cuda_backend.h"
+#include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_backend.h"
 #include "evpool/detail/capture_aware_wait.h"
@@ -64,10 +64,10 @@
 
 namespace {
 
-using Backend = evpool::testing_support::CountingBackend<evpool::CUDABackend>;
-using Pool = evpool::BasicEventPool<Backend>;
+using Backend = evpool::testing_support::CountingBackend<evpool::CUDAEventBackend>;
+using Pool = evpool::BasicHandlePool<Backend>;
 using StreamBackend = evpool::testing_support::CountingBackend<evpool::CUDAStreamBackend>;
-using StreamPool = evpool::BasicEventPool<StreamBackend>;
+using StreamPool = evpool::BasicHandlePool<StreamBackend>;
 using evpool::CUDAEvent;
 using evpool::DeviceStats;
 

@@ -8,14 +8,14 @@
 #include <memory>
 #include <utility>
 
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 
 namespace evpool::testing_support {
 
-template <EventBackend Inner>
+template <HandleBackend Inner>
 class CountingBackend : public Inner {
  public:
-  using typename Inner::event_type;
+  using typename Inner::owner_type;
   using typename Inner::handle_type;
 
   explicit CountingBackend(Inner inner = Inner())

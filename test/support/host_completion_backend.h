@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/completion_backend.h"
 #include "evpool/host_backend.h"
 
@@ -136,7 +136,7 @@ class HostCompletionBackend {
   using stream_type = HostWorkStream *;
   using status_type = int;
   using event_type = HostBackend::Event;
-  using pool_type = BasicEventPool<HostBackend>;
+  using pool_type = BasicHandlePool<HostBackend>;
   static constexpr int kSuccess = 0;
   /// The status of a request whose event could not be created (the pool's Get threw).
   static constexpr int kCreateFailed = -1;

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 #include "evpool/host_backend.h"
 
 namespace evpool::test {

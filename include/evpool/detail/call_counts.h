@@ -1,4 +1,4 @@
-// evpool: the counters behind BasicEventPool::stats(). Private to the library.
+// evpool: the counters behind BasicHandlePool::stats(). Private to the library.
 //
 // Design rationale
 // ----------------

@@ -37,7 +37,7 @@
 // destroyed by the caller), and leave after releasing them, so the depot never holds more than
 // the limit. That count is one shared word for every stripe: an exact limit costs the pipeline
 // its spreading. What the caches hold is bounded separately (two magazines per thread and device;
-// see event_pool_core.h). Without a limit the count is kept only for stats() (Policy::count_calls)
+// see handle_pool_core.h). Without a limit the count is kept only for stats() (Policy::count_calls)
 // and per stripe, beside each filled head: one relaxed add per magazine moved, on the line the
 // head's compare-exchange already owns. A magazine may be counted in at one stripe and out at
 // another, so single stripe counts wrap; their sum, modulo 2^64, is the depot's.

@@ -3,7 +3,7 @@
 //
 // Design rationale
 // ----------------
-// The lower layer of the magazine design (event_pool_core.h has the whole picture): for each
+// The lower layer of the magazine design (handle_pool_core.h has the whole picture): for each
 // device a Depot (depot.h) of filled and empty magazines, nodes of one arena (node_arena.h), under
 // one idle limit. Whatever leaves the pool for good leaves through destroy(): the backend's
 // destroy, the destroyed counter and checked mode's forgetting go together there, so that no
@@ -11,7 +11,7 @@
 //
 // Only calls that may call the driver destroy: Trim, Purge, the pool's end, and a Get off its fast
 // path (a few retired events that demand has shown surplus, at most). What a Put or the end of a
-// lease cannot keep is retired instead (retired_events.h says where retired events go, when they
+// lease cannot keep is retired instead (retired_handles.h says where retired events go, when they
 // are surplus, and the bound on them).
 //
 // Handles that can be busy (streams: BusyHandleBackend) add a third place per device, the busy
@@ -46,12 +46,12 @@
 #include "evpool/detail/call_counts.h"
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_ordinal.h"
-#include "evpool/detail/event_checker.h"
+#include "evpool/detail/handle_checker.h"
 #include "evpool/detail/magazine_slot.h"
 #include "evpool/detail/node_arena.h"
-#include "evpool/detail/retired_events.h"
+#include "evpool/detail/retired_handles.h"
 #include "evpool/detail/tagged_index_stack.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 #include "evpool/pool_checks.h"
 
 namespace evpool::detail {
@@ -60,7 +60,7 @@ namespace evpool::detail {
 /// constructor, forget_all_in_child() (a fork child's one forgetting thread) and what a member says.
 /// Progress: lock-free, except where the backend creates or destroys (the driver may block) and
 /// where the arena grows (it allocates).
-template <EventBackend Backend, class Policy, class Magazine>
+template <HandleBackend Backend, class Policy, class Magazine>
 class DeviceDepots {
  public:
   using handle_type = typename Backend::handle_type;
@@ -69,7 +69,7 @@ class DeviceDepots {
   using Arena = NodeArena<Magazine, Policy::template atomic>;
   using Stack = TaggedIndexStack<Policy::template atomic, Policy::tag_bits, typename Policy::backoff>;
   using Depot = detail::Depot<Magazine, Policy, Stack>;
-  using Retired = RetiredEvents<Magazine, Stack, Policy::template atomic>;
+  using Retired = RetiredHandles<Magazine, Stack, Policy::template atomic>;
   static constexpr bool kCountCalls = Policy::count_calls;
 
   /// Throws std::invalid_argument for options the backend rejects, no device, an idle limit of 0,
@@ -98,7 +98,7 @@ class DeviceDepots {
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
-      checker_ = std::make_unique<EventChecker<handle_type>>();
+      checker_ = std::make_unique<HandleChecker<handle_type>>();
   }
   DeviceDepots(const DeviceDepots &) = delete;
   DeviceDepots &operator=(const DeviceDepots &) = delete;
@@ -112,8 +112,8 @@ class DeviceDepots {
   bool capped() const noexcept { return max_kept_ != kUnlimitedKept; }
   std::size_t node_count() const noexcept { return arena_.allocated(); }
   /// Checked mode's records (pool_checks.h), or nullptr.
-  EventChecker<handle_type> *checker() noexcept { return checker_.get(); }
-  const EventChecker<handle_type> *checker() const noexcept { return checker_.get(); }
+  HandleChecker<handle_type> *checker() noexcept { return checker_.get(); }
+  const HandleChecker<handle_type> *checker() const noexcept { return checker_.get(); }
   /// The device's shared counters; only with Policy::count_calls.
   SharedCallCounts &counts(int device) noexcept { return counts_[device]; }
   const SharedCallCounts &counts(int device) const noexcept { return counts_[device]; }
@@ -228,7 +228,7 @@ class DeviceDepots {
     return depots_[device].take_one(out, arena_, max_idle_);
   }
 
-  // ---- Retired events (retired_events.h) ---------------------------------------------------------
+  // ---- Retired events (retired_handles.h) ---------------------------------------------------------
 
   /// Retires the last `count` events of `magazine` (which keeps the others), moved into a spare
   /// magazine. Only if none can be had (the process is out of memory) are they destroyed here.
@@ -264,7 +264,7 @@ class DeviceDepots {
   }
 
   /// A Get off its fast path, after it took its event: destroys the device's retired events that
-  /// demand has shown surplus (retired_events.h), at most kRetiredDestroyedPerGet.
+  /// demand has shown surplus (retired_handles.h), at most kRetiredDestroyedPerGet.
   void destroy_surplus_retired(int device) noexcept {
     const std::uint64_t idle_bound = max_idle_ == kUnlimitedIdle ? 0 : max_idle_;
     for (std::uint32_t most = retired_[device].surplus_after_get(idle_bound, kRetiredDestroyedPerGet); most > 0;) {
@@ -434,7 +434,7 @@ class DeviceDepots {
   }
 
   /// Destroys the events of a magazine held in a slot; the slot stays, empty.
-  void destroy_events(Slot &slot, int device) noexcept {
+  void destroy_handles(Slot &slot, int device) noexcept {
     Magazine &magazine = slot.write_back_count();
     while (magazine.count > 0) destroy(device, magazine.handles[--magazine.count]);
     slot.set_count(0);
@@ -659,8 +659,8 @@ class DeviceDepots {
   // what max_kept bounds.
   std::unique_ptr<CacheLinePadded<std::atomic<std::uint64_t>>[]> kept_;
   std::size_t max_kept_ = kUnlimitedKept;
-  std::unique_ptr<SharedCallCounts[]> counts_;          // per device; only with Policy::count_calls
-  std::unique_ptr<EventChecker<handle_type>> checker_;  // only in checked mode
+  std::unique_ptr<SharedCallCounts[]> counts_;           // per device; only with Policy::count_calls
+  std::unique_ptr<HandleChecker<handle_type>> checker_;  // only in checked mode
 };
 
 }  // namespace evpool::detail

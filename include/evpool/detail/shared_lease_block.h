@@ -3,7 +3,7 @@
 //
 // Design rationale
 // ----------------
-// The copies of one SharedEventLease (shared_event_lease.h) share a control block: the event and
+// The copies of one SharedLease (shared_lease.h) share a control block: the event and
 // their count. Allocating each block with `new` and freeing it with `delete` cost a shared lease
 // more than the rest of it together (on the development machine 28 ns for the pair, against 12 ns
 // for a whole unique lease), so blocks are recycled as events are: the thread that ends a shared
@@ -29,7 +29,7 @@ namespace evpool::detail {
 /// `Core` provides `atomic<T>` and `handle_type`.
 template <class Core>
 struct SharedLeaseBlock {
-  /// The copies of the lease; read and written as shared_event_lease.h says.
+  /// The copies of the lease; read and written as shared_lease.h says.
   typename Core::template atomic<std::uint32_t> references{1};
   Core *core = nullptr;
   /// The lease's event, owned by the lease (not by the block), and its device. Raw, so that the

@@ -1,4 +1,4 @@
-// evpool: CUDABackend, the event backend of real CUDA events.
+// evpool: CUDAEventBackend, the backend of real CUDA events (CUDAEventPool's).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,10 +13,10 @@ namespace evpool {
 
 /// Creates and destroys CUDA events through the CUDA runtime. Stateless; every copy is the same.
 /// Every member is thread-safe (the CUDA runtime is).
-struct EVPOOL_API CUDABackend {
+struct EVPOOL_API CUDAEventBackend {
   using handle_type = cudaEvent_t;
   using options_type = unsigned;  // cudaEventCreateWithFlags' flags
-  using event_type = CUDAEvent;
+  using owner_type = CUDAEvent;
   static constexpr unsigned kDefaultOptions = cudaEventDisableTiming;
 
   /// std::invalid_argument for flags CUDA would reject.

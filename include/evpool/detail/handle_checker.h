@@ -1,27 +1,27 @@
-// evpool: the record a checked pool keeps of its events (pool_checks.h). Private to the library.
+// evpool: the record a checked pool keeps of its handles (pool_checks.h). Private to the library.
 //
 // Design rationale
 // ----------------
 // One table from handle to what the pool knows of it: the device it is filed under, and idle in
 // the pool or outstanding with the stack of the Get that handed it out. One table for every
 // device, not one per device: a handle idle under device 0 must be refused when it is put again
-// under device 1 (the usual bug when an adopted event is put with device -1 from threads whose
+// under device 1 (the usual bug when an adopted handle is put with device -1 from threads whose
 // current devices differ), and only a table that sees every device can tell. One mutex guards it:
 // checked mode is for finding bugs, and its cost is measured and documented rather than
 // engineered away. Creation is
 // the only way the driver reuses a handle value, so every destruction by the pool erases the
-// handle's record (a later event with the same value starts afresh). Recording needs memory; when
-// none can be had the record is dropped, and the event is then treated as one from outside.
+// handle's record (a later handle with the same value starts afresh). Recording needs memory; when
+// none can be had the record is dropped, and the handle is then treated as one from outside.
 //
 // Across pools. A Put of a handle that another pool handed out (and has not had back) or holds
-// idle must be refused too: accepted, the two pools would hand one event to two holders. The
-// event owner cannot tell: CUDAEvent records a device, not a pool, and a bare handle wrapped by
-// the caller (an adopted one) records nothing, yet an adopted handle is exactly the case to catch
-// when another pool handed it out, and to accept when no pool did. So the checked pools ask each
-// other: each one's checker is on a process-wide list of the checkers of its handle type, and a
-// Put of a handle this pool has no record of asks every other checker on the list, under that
-// checker's own lock. Handles are compared by value, which CUDA keeps unique among live events
-// and streams; an event its holder destroyed instead of putting back (checked mode reports it as
+// idle must be refused too: accepted, the two pools would hand one handle to two holders. The
+// owner cannot tell: CUDAEvent and CUDAStream record a device, not a pool, and a bare handle
+// wrapped by the caller (an adopted one) records nothing, yet an adopted handle is exactly the case
+// to catch when another pool handed it out, and to accept when no pool did. So the checked pools
+// ask each other: each one's checker is on a process-wide list of the checkers of its handle type,
+// and a Put of a handle this pool has no record of asks every other checker on the list, under
+// that checker's own lock. Handles are compared by value, which CUDA keeps unique among live events
+// and streams; a handle its holder destroyed instead of putting back (checked mode reports it as
 // outstanding) therefore still names its pool until that pool is destroyed. The list costs
 // unchecked pools nothing, and a checked Put of an unknown handle one lookup per checked pool.
 // Pools whose code was compiled into different shared objects with hidden symbols may keep
@@ -34,7 +34,7 @@
 // holder, and a thread takes over a hold of another generation (the holder's copy, resumed where
 // the fork came from a signal handler on its thread, then finds it taken and leaves it). A
 // checker that has not yet forgotten its parent's records in the child is skipped: its lock may be
-// a vanished thread's, and its records are of the parent's events.
+// a vanished thread's, and its records are of the parent's handles.
 #pragma once
 
 #include <execinfo.h>
@@ -60,26 +60,26 @@
 namespace evpool::detail {
 
 template <class Handle>
-class EventChecker {
+class HandleChecker {
  public:
   /// Thread-safety: every member may be called by any number of threads at once, except
   /// forget_all_in_child (a fork child's one forgetting thread). Blocking (its own mutex, and the
   /// list of checkers: see the rationale).
-  EventChecker() noexcept {
+  HandleChecker() noexcept {
     const ListLock list;
     next_ = checkers_;
     checkers_ = this;
   }
-  ~EventChecker() {
+  ~HandleChecker() {
     const ListLock list;
-    for (EventChecker **link = &checkers_; *link != nullptr; link = &(*link)->next_)
+    for (HandleChecker **link = &checkers_; *link != nullptr; link = &(*link)->next_)
       if (*link == this) {
         *link = next_;
         break;
       }
   }
-  EventChecker(const EventChecker &) = delete;
-  EventChecker &operator=(const EventChecker &) = delete;
+  HandleChecker(const HandleChecker &) = delete;
+  HandleChecker &operator=(const HandleChecker &) = delete;
 
   /// `handle` was handed out by a Get or a lease: outstanding, with the caller's stack.
   void on_handed_out(int device, Handle handle) noexcept {
@@ -106,14 +106,14 @@ class EventChecker {
     }
     std::lock_guard lock(lock_);
     try {
-      // An event from outside, now idle; unless a Put of the same handle came first meanwhile.
+      // A handle from outside, now idle; unless a Put of the same handle came first meanwhile.
       if (const auto [found, added] = records_.try_emplace(handle, Record{.device = device}); !added)
         put_back(found->second, device, handle);
     } catch (const std::bad_alloc &) {
     }
   }
 
-  /// A Put that on_put accepted did not go through after all (the caller still owns the event).
+  /// A Put that on_put accepted did not go through after all (the caller still owns the handle).
   void on_put_undone(int device, Handle handle) noexcept { on_handed_out(device, handle); }
 
   /// `handle` was created straight into the depot (Reserve).
@@ -125,7 +125,7 @@ class EventChecker {
     records_.erase(handle);
   }
 
-  /// In a fork() child, whose first call forgets the parent's events: the records too. A parent's
+  /// In a fork() child, whose first call forgets the parent's handles: the records too. A parent's
   /// thread may have held the lock at the fork, so the lock and the table are made anew.
   void forget_all_in_child() noexcept {
     records_.~Records();
@@ -136,7 +136,7 @@ class EventChecker {
     generation_.store(fork_generation(), std::memory_order_release);
   }
 
-  /// The events still outstanding, per device, each with the stack of the Get that handed it out;
+  /// The handles still outstanding, per device, each with the stack of the Get that handed it out;
   /// empty if there are none.
   std::string describe_outstanding(int devices) {
     std::ostringstream text;
@@ -179,7 +179,7 @@ class EventChecker {
   // What another checked pool of this process records of `handle`, if any does.
   std::optional<Record> record_in_another_pool(Handle handle) const {
     const ListLock list;
-    for (const EventChecker *other = checkers_; other != nullptr; other = other->next_) {
+    for (const HandleChecker *other = checkers_; other != nullptr; other = other->next_) {
       // Acquire: pairs with forget_all_in_child's release.
       if (other == this || other->generation_.load(std::memory_order_acquire) != fork_generation()) continue;
       std::lock_guard lock(other->lock_);
@@ -265,9 +265,9 @@ class EventChecker {
     static inline std::atomic<std::uint64_t> word_{0};
   };
 
-  static inline EventChecker *checkers_ = nullptr;  // the list, under ListLock
-  EventChecker *next_ = nullptr;                    // under ListLock
-  // The fork generation whose events the records are of (see forget_all_in_child).
+  static inline HandleChecker *checkers_ = nullptr;  // the list, under ListLock
+  HandleChecker *next_ = nullptr;                    // under ListLock
+  // The fork generation whose handles the records are of (see forget_all_in_child).
   std::atomic<std::uint32_t> generation_{fork_generation()};
   mutable std::mutex lock_;
   Records records_;

@@ -1,4 +1,4 @@
-// evpool: the core of BasicEventPool: its entry points and leases, over per-thread caches in
+// evpool: the core of BasicHandlePool: its entry points and leases, over per-thread caches in
 // front of per-device depots. Private to the library.
 //
 // Design rationale
@@ -12,19 +12,19 @@
 //
 //   depots          device_depots.h: per device, filled and empty magazines on stripes of two
 //                   tagged Treiber stacks (depot.h, tagged_index_stack.h) over the node arena
-//                   (node_arena.h); where every event is created, counted and destroyed
+//                   (node_arena.h); where every handle is created, counted and destroyed
 //   thread caches   thread_cache.h: per thread, per pool, per device, a loaded and a previous
 //                   magazine; found through the thread's directory by pool id
 //                   (thread_cache_directory.h); reached by purgers through the registry
 //                   (thread_cache_registry.h)
 //
 // Get(d) takes from the calling thread's cache, which trades a whole magazine with the depot when
-// it runs dry; only when the depot is empty too is an event created, outside any shared state. Put
-// mirrors it, and over the idle limit retires a magazine's worth (retired_events.h). With Policy::cache_capacity == 0
-// there are no caches: magazines hold one event, every call goes to the depot, and the pool is the
-// plain lock-free design (per device a stack of events and a stack of spare nodes).
+// it runs dry; only when the depot is empty too is a handle created, outside any shared state. Put
+// mirrors it, and over the idle limit retires a magazine's worth (retired_handles.h). With Policy::cache_capacity == 0
+// there are no caches: magazines hold one handle, every call goes to the depot, and the pool is the
+// plain lock-free design (per device a stack of handles and a stack of spare nodes).
 //
-// Events are interchangeable within a device: Put files an event in the calling thread's cache,
+// Handles are interchangeable within a device: Put files a handle in the calling thread's cache,
 // never with the thread that created it, so a thread may exit at any time (PyTorch's per-thread
 // event cache returned events to their creator and crashed when it had exited, pytorch#143470).
 //
@@ -33,7 +33,7 @@
 // and Reserve (so that every thread's first Gets hit, not only the reserver's).
 //
 // Purge and Trim empty every cache, also those of sleeping threads, through the handshake of
-// thread_cache.h, trim the depots, and only then reopen the caches. Events that were idle when
+// thread_cache.h, trim the depots, and only then reopen the caches. Handles that were idle when
 // they began are destroyed (beyond what Trim keeps), except what a concurrent Get that bypasses
 // its cache has taken out of the depot at that moment (the rest of one magazine per such Get).
 // Gets and Puts that run meanwhile bypass their caches. Purge may wait for a thread that is in the
@@ -41,7 +41,7 @@
 //
 // Idle bound: the depot never holds more than the limit; each thread's cache holds at most two
 // magazines per device. So a device has at most max_idle + threads x 2 x cache_capacity idle
-// events; without a limit, the depot holds what was ever idle at once, and the caches the same
+// handles; without a limit, the depot holds what was ever idle at once, and the caches the same
 // 2 x cache_capacity per thread and device. Busy handles (streams) set aside by a Get are outside
 // this bound: each has work in flight, and once it is done a Get off its fast path moves it back
 // under the limit (device_depots.h).
@@ -54,7 +54,7 @@
 // of the last lease, as its last action; every caller of it (close, end_lease_slow) returns at
 // once. A thread inside an owner section keeps the core alive until it exits the section, because
 // close() takes a cache's lease count only after waiting for that section. A lease that ends after
-// its pool is gone retires its event, and the last one defers the core's end (deferred_work.h).
+// its pool is gone retires its handle, and the last one defers the core's end (deferred_work.h).
 // A shared lease's control block is recycled through the same caches (shared_lease_block.h), and
 // between threads through the pool's spare block depot (spare_block_depot.h).
 //
@@ -63,8 +63,8 @@
 // tag (tagged_index_stack.h) is what prevents it, and test/interleaving_test.cc shows a narrow tag
 // failing.
 //
-// After fork() the child must not hand out or destroy its parent's events: the first operation in
-// a child forgets every idle event, in the depots and in every cache (fork_guard.h). A call that
+// After fork() the child must not hand out or destroy its parent's handles: the first operation in
+// a child forgets every idle handle, in the depots and in every cache (fork_guard.h). A call that
 // finds its cache through the thread's hint makes no check, because the child starts with no
 // thread holding a hint (thread_cache_directory.h) and only a lookup that has made the check sets
 // one. The entry points reach the depots and the registry through depots() and registry(), which
@@ -74,7 +74,7 @@
 // members directly: the check's forgetting resets that lock, and its caller has checked.
 //
 // Errors leave everything as it was: arguments are checked before anything changes; Put takes
-// ownership of the event only after the last step that can throw (taking an empty magazine); a
+// ownership of the handle only after the last step that can throw (taking an empty magazine); a
 // failed create in Get holds nothing.
 #pragma once
 
@@ -100,17 +100,17 @@
 #include "evpool/detail/thread_cache.h"
 #include "evpool/detail/thread_cache_directory.h"
 #include "evpool/detail/thread_cache_registry.h"
-#include "evpool/event_backend.h"
+#include "evpool/handle_backend.h"
 #include "evpool/pool_cap.h"
 #include "evpool/pool_checks.h"
 #include "evpool/pool_stats.h"
 
 namespace evpool::detail {
 
-template <EventBackend Backend, class Policy>
-class EventPoolCore final : private DeferredWork {
+template <HandleBackend Backend, class Policy>
+class HandlePoolCore final : private DeferredWork {
  public:
-  using event_type = typename Backend::event_type;
+  using owner_type = typename Backend::owner_type;
   using handle_type = typename Backend::handle_type;
   using options_type = typename Backend::options_type;
   template <class T>
@@ -131,21 +131,21 @@ class EventPoolCore final : private DeferredWork {
   // Handles that may be busy when put back are never handed out busy (take_older_or_bypass).
   static constexpr bool kBusyHandles = BusyHandleBackend<Backend>;
   using Magazine = detail::Magazine<handle_type, kCached ? kCacheCapacity : 1, Policy::template atomic>;
-  using SharedLeaseBlock = detail::SharedLeaseBlock<EventPoolCore>;
-  using Cache = ThreadCache<EventPoolCore>;
+  using SharedLeaseBlock = detail::SharedLeaseBlock<HandlePoolCore>;
+  using Cache = ThreadCache<HandlePoolCore>;
 
-  // Created with `new` by BasicEventPool, which ends it with close().
-  EventPoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks,
-                std::size_t max_per_device)
+  // Created with `new` by BasicHandlePool, which ends it with close().
+  HandlePoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks,
+                 std::size_t max_per_device)
       : depots_(std::move(backend), std::move(options), max_idle_per_device, checks, max_per_device) {
     // Only a warm-up: the process registers for membarrier (once; it may wait for the kernel)
     // here rather than in some thread's first Get.
     if constexpr (kCached) (void)Fence::owners_fence_fully();
   }
-  EventPoolCore(const EventPoolCore &) = delete;
-  EventPoolCore &operator=(const EventPoolCore &) = delete;
+  HandlePoolCore(const HandlePoolCore &) = delete;
+  HandlePoolCore &operator=(const HandlePoolCore &) = delete;
 
-  /// The pool's destructor: closes every cache, destroys every idle event, and deletes the core
+  /// The pool's destructor: closes every cache, destroys every idle handle, and deletes the core
   /// unless leases are still alive (then the last of them does). Not concurrent with Get, Put,
   /// Reserve, Trim (the pool is being destroyed); leases may end concurrently.
   void close() noexcept {
@@ -154,13 +154,13 @@ class EventPoolCore final : private DeferredWork {
       auto &caches = registry();
       auto lock = caches.lock();
       caches.close([&](Cache &cache) {
-        for_each_magazine(cache, [this](Slot &slot, int device) { depots_.destroy_events(slot, device); });
+        for_each_magazine(cache, [this](Slot &slot, int device) { depots_.destroy_handles(slot, device); });
         fold_counts(cache);  // for the report of what is still outstanding
       });
       leased = caches.retired_leases();
       spare_block_depot_.delete_all();  // no cache can give or take any more
     }
-    // Release: a lease that ends later and sees it (acquire) retires its event instead.
+    // Release: a lease that ends later and sees it (acquire) retires its handle instead.
     closed_.store(true, std::memory_order_release);
     depots().trim(0);
     settle_leases(leased - kLeaseBias, /*by_pool=*/true);  // may delete this: the last action
@@ -171,23 +171,23 @@ class EventPoolCore final : private DeferredWork {
   // that a hit costs no call; everything past a hit is out of line (the *_slow functions), where
   // the cache's and the magazine's addresses are dead, which leaves registers to the caller's loop.
 
-  [[gnu::always_inline]] event_type Get(int device_id) {
+  [[gnu::always_inline]] owner_type Get(int device_id) {
     const int device = resolve_device(device_id, "Get");
-    event_type event = depots_.backend().adopt(obtain(device, 0), device);
-    // Under a cap, an event got (not leased) leaves the pool's keeping until Put brings it back.
+    owner_type owner = depots_.backend().adopt(obtain(device, 0), device);
+    // Under a cap, a handle got (not leased) leaves the pool's keeping until Put brings it back.
     if (depots_.capped()) [[unlikely]]
       depots_.count_kept(device, -1);
-    return event;
+    return owner;
   }
 
-  [[gnu::always_inline]] void Put(event_type &&event, int device_id) {
-    if (!event) [[unlikely]]
+  [[gnu::always_inline]] void Put(owner_type &&owner, int device_id) {
+    if (!owner) [[unlikely]]
       throw_empty_put();
     // A bare handle wrapped by the caller is adopted: counted apart, out of line, so that the
-    // inlined Put of the pool's own events neither tests nor keeps the flag.
-    if (event.device_id() == -1) [[unlikely]]
-      return put_adopted(std::move(event), device_id);
-    accept(std::move(event), device_id, /*adopted=*/false);
+    // inlined Put of the pool's own handles neither tests nor keeps the flag.
+    if (owner.device_id() == -1) [[unlikely]]
+      return put_adopted(std::move(owner), device_id);
+    accept(std::move(owner), device_id, /*adopted=*/false);
   }
 
   void Reserve(int device_id, std::size_t count) {
@@ -201,20 +201,20 @@ class EventPoolCore final : private DeferredWork {
     run_deferred_work();  // first, and outside the lock: it may end leases, which use the caches
     if constexpr (kCached) {
       // The caches stay closed until the depots are trimmed: a reopened cache could otherwise
-      // take a magazine of events that were idle when the Trim began out of the depot, beyond
+      // take a magazine of handles that were idle when the Trim began out of the depot, beyond
       // the trim's reach.
       auto &caches = registry();
       auto lock = caches.lock();
       drain_caches(keep_per_device > 0);
       depots().trim(keep_per_device);
-      spare_block_depot_.delete_all();  // memory the leases' peak left, not idle events
+      spare_block_depot_.delete_all();  // memory the leases' peak left, not idle handles
       caches.reopen_all();
     } else {
       depots().trim(keep_per_device);
     }
   }
 
-  /// The calling thread's cached events go to the depots, where every thread can get them.
+  /// The calling thread's cached handles go to the depots, where every thread can get them.
   /// A thread that never used the pool has no cache, and gets none.
   void FlushThreadCache() noexcept {
     if constexpr (kCached) {
@@ -224,31 +224,31 @@ class EventPoolCore final : private DeferredWork {
       if (cache != nullptr && cache->owner_enter()) {
         // The fork check comes after the lookup and before the magazines are read: a hint that
         // a fork from a signal handler left the child finds them forgotten.
-        forget_events_of_parent_process();
+        forget_handles_of_parent_process();
         return_magazines(*cache);
         cache->owner_exit();
       }
     }
   }
 
-  /// A lease begins: an event of the device, counted as leased until end_lease. Inlined as Get.
-  [[gnu::always_inline]] event_type begin_lease(int device_id) {
+  /// A lease begins: a handle of the device, counted as leased until end_lease. Inlined as Get.
+  [[gnu::always_inline]] owner_type begin_lease(int device_id) {
     const int device = resolve_device(device_id, "Lease");
     return depots_.backend().adopt(obtain(device, 1), device);
   }
 
-  /// A lease ends: `event` (of the device it records; may be empty if the holder took it out)
-  /// goes back to the pool, or is only forgotten if `forget` (a parent's event in a fork child),
+  /// A lease ends: `owner` (of the device it records; may be empty if the holder took it out)
+  /// goes back to the pool, or is only forgotten if `forget` (a parent's handle in a fork child),
   /// or is retired if the pool is gone or cannot take it. Never throws; calls no backend. May
   /// defer the core's end.
   /// Inlined down to a cache hit with room in the loaded magazine, as Put.
-  [[gnu::always_inline]] void end_lease(event_type &&event, bool forget) noexcept {
-    if (!forget && event) [[likely]] {
+  [[gnu::always_inline]] void end_lease(owner_type &&owner, bool forget) noexcept {
+    if (!forget && owner) [[likely]] {
       if (Cache *cache = enter_own_cache()) [[likely]] {
-        auto &magazines = cache->owner_magazines(event.device_id());
+        auto &magazines = cache->owner_magazines(owner.device_id());
         const bool room = magazines.has_room();
         if (room) [[likely]] {
-          magazines.loaded.put(event.release());
+          magazines.loaded.put(owner.release());
           cache->owner_count_leases(-1);
         }
         cache->owner_exit();
@@ -256,17 +256,17 @@ class EventPoolCore final : private DeferredWork {
           return;
       }
     }
-    end_lease_slow(std::move(event), forget);
+    end_lease_slow(std::move(owner), forget);
   }
 
-  /// A lease's holder takes its event out (UniqueEventLease::release): under a cap, the event
+  /// A lease's holder takes its handle out (UniqueLease::release): under a cap, the handle
   /// leaves the pool's keeping. The lease then ends as any other.
   void let_go(int device) noexcept {
     if (depots_.capped()) depots_.count_kept(device, -1);
   }
 
   /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
-  /// event of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
+  /// handle of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
   /// nothing is held. Inlined down to a spare block and a hit, both taken in one owner section.
   [[gnu::always_inline]] SharedLeaseBlock *begin_shared_lease(int device_id) {
     const int device = resolve_device(device_id, "LeaseShared");
@@ -287,9 +287,9 @@ class EventPoolCore final : private DeferredWork {
     return begin_shared_lease_slow(block, device);
   }
 
-  /// The last reference to a shared lease is gone: its event goes back as end_lease says, its
+  /// The last reference to a shared lease is gone: its handle goes back as end_lease says, its
   /// block to this thread's cache. Never throws. May delete the core. Inlined down to a loaded
-  /// magazine with room, where the event and the block go back in one owner section.
+  /// magazine with room, where the handle and the block go back in one owner section.
   [[gnu::always_inline]] void end_shared_lease(SharedLeaseBlock *block, bool forget) noexcept {
     if (!forget) [[likely]] {
       if (Cache *cache = enter_own_cache()) [[likely]] {
@@ -351,7 +351,7 @@ class EventPoolCore final : private DeferredWork {
       figures.idle = figures.idle_in_depot + figures.idle_in_caches;
       figures.retired = depots_.retired(device);
       figures.busy = depots_.set_aside(device);
-      // Derived (call_counts.h): every event created or adopted and not destroyed is idle,
+      // Derived (call_counts.h): every handle created or adopted and not destroyed is idle,
       // retired, set aside busy or out.
       figures.outstanding = static_cast<std::int64_t>(figures.created + figures.puts_adopted - figures.destroyed) -
                             static_cast<std::int64_t>(figures.idle + figures.retired + figures.busy);
@@ -368,7 +368,7 @@ class EventPoolCore final : private DeferredWork {
     return result;
   }
 
-  /// On stderr, the events got and never put back: in checked mode each with the stack of its Get;
+  /// On stderr, the handles got and never put back: in checked mode each with the stack of its Get;
   /// otherwise, with counting on, the counts alone and only once the pool is empty (`final`: its
   /// state is being destroyed). Nothing if there are none. Never throws.
   void report_outstanding(bool final = true) noexcept {
@@ -380,7 +380,7 @@ class EventPoolCore final : private DeferredWork {
       } else if constexpr (kCountCalls) {
         for (int device = 0; final && device < devices; ++device) {
           const SharedCallCounts &shared = depots_.counts(device);
-          // Every idle event is destroyed by now: what is left was created or adopted and is out.
+          // Every idle handle is destroyed by now: what is left was created or adopted and is out.
           const auto outstanding = static_cast<std::int64_t>(shared.created.load(std::memory_order_relaxed) +
                                                              shared.puts_adopted.load(std::memory_order_relaxed) -
                                                              shared.destroyed.load(std::memory_order_relaxed));
@@ -402,8 +402,8 @@ class EventPoolCore final : private DeferredWork {
   std::size_t max_idle_per_device() const noexcept { return depots_.max_idle(); }
   std::size_t max_per_device() const noexcept { return depots_.max_kept(); }
   std::size_t node_count() const noexcept { return depots_.node_count(); }
-  std::uint64_t retired_events(int device_id) const {
-    depots_.check_device(device_id, "retired_events");
+  std::uint64_t retired_handles(int device_id) const {
+    depots_.check_device(device_id, "retired_handles");
     return depots_.retired(device_id);
   }
   std::uint64_t busy_handles(int device_id) const {
@@ -415,7 +415,7 @@ class EventPoolCore final : private DeferredWork {
   /// the depots, its spare blocks to the spare block depot. In a fork child whose thread exits
   /// before any call on this pool, the check forgets the magazines first.
   void flush_exiting_cache(Cache &cache) noexcept {
-    forget_events_of_parent_process();
+    forget_handles_of_parent_process();
     return_contents_of_leaving_cache(cache);
   }
 
@@ -430,10 +430,10 @@ class EventPoolCore final : private DeferredWork {
   // balance cannot reach zero before then, however the counts are spread over the caches.
   static constexpr std::int64_t kLeaseBias = std::int64_t{1} << 62;
 
-  ~EventPoolCore() {
-    // Events a lease returned to a depot while close() was trimming it, or retired after it. Through
-    // the fork check: the deferred end of a core may run in a fork child, whose parent's events
-    // these are.
+  ~HandlePoolCore() {
+    // Handles a lease returned to a depot while close() was trimming it, or retired after it.
+    // Through the fork check: the deferred end of a core may run in a fork child, whose parent's
+    // handles these are.
     depots().trim(0);
     report_outstanding();
   }
@@ -443,20 +443,20 @@ class EventPoolCore final : private DeferredWork {
   // The depots and the registry, for every caller that did not find its cache through the
   // thread's hint: after the fork check (see the rationale).
   [[gnu::always_inline]] Depots &depots() noexcept {
-    forget_events_of_parent_process();
+    forget_handles_of_parent_process();
     return depots_;
   }
   [[gnu::always_inline]] Registry &registry() noexcept {
-    forget_events_of_parent_process();
+    forget_handles_of_parent_process();
     return registry_;
   }
 
-  [[gnu::always_inline]] void forget_events_of_parent_process() noexcept {
+  [[gnu::always_inline]] void forget_handles_of_parent_process() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
-      forget_parents_events();
+      forget_parents_handles();
   }
 
-  [[gnu::noinline, gnu::cold]] void forget_parents_events() noexcept {
+  [[gnu::noinline, gnu::cold]] void forget_parents_handles() noexcept {
     fork_guard_.forget_once([this] {
       depots_.forget_all_in_child();
       if constexpr (kCached) registry_.forget_in_child();
@@ -465,34 +465,34 @@ class EventPoolCore final : private DeferredWork {
 
   // ---- Get and Put, past a hit -------------------------------------------------------------------
 
-  [[gnu::noinline]] void put_adopted(event_type &&event, int device_id) {
-    accept(std::move(event), device_id, /*adopted=*/true);
+  [[gnu::noinline]] void put_adopted(owner_type &&owner, int device_id) {
+    accept(std::move(owner), device_id, /*adopted=*/true);
   }
 
-  [[gnu::always_inline]] void accept(event_type &&event, int device_id, bool adopted) {
-    const int device = device_for_put(event, device_id);
+  [[gnu::always_inline]] void accept(owner_type &&owner, int device_id, bool adopted) {
+    const int device = device_for_put(owner, device_id);
     // Under a cap, a Put brings a handle into the pool's keeping (Get took it out): counted before
     // the handle is filed, where a Get could take it and uncount it first.
     if (depots_.capped()) [[unlikely]]
       depots_.count_kept(device, 1);
     bool kept;
     try {
-      kept = keep(event.get(), device, adopted);
+      kept = keep(owner.get(), device, adopted);
     } catch (const DoublePutError &) {
       if (depots_.capped()) depots_.count_kept(device, -1);  // the pool's copy was counted already
-      (void)event.release();  // the pool holds this very handle: the duplicate must not destroy it
+      (void)owner.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
     } catch (...) {
       if (depots_.capped()) depots_.count_kept(device, -1);  // the caller still owns it
       throw;
     }
     if (kept)
-      (void)event.release();
+      (void)owner.release();
     else
-      depots_.retire_one(device, event.release());  // over the idle limit
+      depots_.retire_one(device, owner.release());  // over the idle limit
   }
 
-  // An idle event of the device, or a new one; counts `leases` new leases. Inline down to the
+  // An idle handle of the device, or a new one; counts `leases` new leases. Inline down to the
   // cache's loaded magazine.
   [[gnu::always_inline]] handle_type obtain(int device, int leases) {
     if (Cache *cache = enter_own_cache()) [[likely]] {
@@ -505,7 +505,7 @@ class EventPoolCore final : private DeferredWork {
     return obtain_from_depot(device, leases);
   }
 
-  // The end of a Get from the cache: an event out of the loaded magazine (not empty), which
+  // The end of a Get from the cache: a handle out of the loaded magazine (not empty), which
   // counts the Get too (Slot::take), and the call ends. Throws only where handles can be busy
   // (from take_older_or_bypass); never for events.
   [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
@@ -578,14 +578,14 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // A Get off its fast path may call the driver. It runs the deferred work (deferred_work.h), which
-  // may be another pool's (the end of a pool destroyed while leases were out destroys its events),
-  // and, once it took its event (so that its own demand counts), destroys the retired events that
+  // may be another pool's (the end of a pool destroyed while leases were out destroys its handles),
+  // and, once it took its handle (so that its own demand counts), destroys the retired handles that
   // demand has shown surplus, a few at most (DeviceDepots::destroy_surplus_retired).
   static void run_deferred_work_on_the_way() noexcept {
     if (deferred_work_waiting()) run_deferred_work();
   }
 
-  // After a Get off its fast path took its event: the surplus retired events go (a few), and busy
+  // After a Get off its fast path took its handle: the surplus retired handles go (a few), and busy
   // handles set aside in a burst are asked again, a magazine per such Get, so that once their work
   // is done they go back under the idle limit (device_depots.h, tidy_set_aside).
   void tidy_after_taking(int device) noexcept {
@@ -612,7 +612,7 @@ class EventPoolCore final : private DeferredWork {
     return handle;
   }
 
-  // An idle event of the depot, or else a retired one, into `handle`; false if there is neither.
+  // An idle handle of the depot, or else a retired one, into `handle`; false if there is neither.
   // Where handles can be busy, the depot hands out only an idle one, and sets aside the busy ones
   // it meets (device_depots.h, take_idle).
   bool take_idle_from_depot(Depots &store, int device, handle_type &handle) noexcept {
@@ -653,7 +653,7 @@ class EventPoolCore final : private DeferredWork {
   void flush_every_cache() noexcept {
     auto &caches = registry();
     auto lock = caches.lock();
-    drain_caches(/*keep_events=*/true);
+    drain_caches(/*keep_handles=*/true);
     caches.reopen_all();
   }
 
@@ -711,7 +711,7 @@ class EventPoolCore final : private DeferredWork {
   // `block`: the spare block the inlined way took, or nullptr if it found none (or found no
   // cache to look in: then there is none to take either).
   [[gnu::noinline]] SharedLeaseBlock *begin_shared_lease_slow(SharedLeaseBlock *block, int device) {
-    if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no event
+    if (block == nullptr) block = new SharedLeaseBlock();  // first: a failed allocation holds no handle
     handle_type handle;
     try {
       handle = obtain(device, 1);
@@ -734,25 +734,25 @@ class EventPoolCore final : private DeferredWork {
   }
 
   [[gnu::noinline]] void end_shared_lease_slow(SharedLeaseBlock *block, bool forget) noexcept {
-    event_type event = depots_.backend().adopt(block->handle, block->device);
+    owner_type owner = depots_.backend().adopt(block->handle, block->device);
     recycle_block(block);  // before the lease ends: the core lives until then
-    end_lease(std::move(event), forget);
+    end_lease(std::move(owner), forget);
   }
 
   // Makes no fork check of its own: each way on finds the cache through the hint or checks.
-  [[gnu::noinline]] void end_lease_slow(event_type &&event, bool forget) noexcept {
-    if (forget) (void)event.release();
-    if (!event) {
+  [[gnu::noinline]] void end_lease_slow(owner_type &&owner, bool forget) noexcept {
+    if (forget) (void)owner.release();
+    if (!owner) {
       count_leases(-1);
       return;
     }
-    const int device = event.device_id();
+    const int device = owner.device_id();
     if (Cache *cache = enter_own_cache()) {
       try {
-        put_into_cache(*cache, device, event.get(), false);
-        (void)event.release();
+        put_into_cache(*cache, device, owner.get(), false);
+        (void)owner.release();
       } catch (...) {
-        depots_.retire_one(device, event.release());  // no memory for a magazine
+        depots_.retire_one(device, owner.release());  // no memory for a magazine
       }                                               // (a checked pool has no caches)
       cache->owner_count_leases(-1);
       cache->owner_exit();
@@ -761,17 +761,17 @@ class EventPoolCore final : private DeferredWork {
     // Acquire: pairs with close(); a depot it has already trimmed is trimmed again by ~core.
     if (!closed_.load(std::memory_order_acquire)) {
       try {
-        if (keep_in_depot(event.get(), device, false)) (void)event.release();
+        if (keep_in_depot(owner.get(), device, false)) (void)owner.release();
       } catch (const DoublePutError &) {
-        (void)event.release();  // checked mode: the pool holds this handle already
+        (void)owner.release();  // checked mode: the pool holds this handle already
       } catch (...) {
       }
     }
-    if (event) depots_.retire_one(device, event.release());  // what the pool did not take
+    if (owner) depots_.retire_one(device, owner.release());  // what the pool did not take
     settle_leases(-1);                                       // may end the core: the last action
   }
 
-  // The block of an ended shared lease (its event moved out) goes to the thread's cache, or is
+  // The block of an ended shared lease (its handle moved out) goes to the thread's cache, or is
   // deleted.
   void recycle_block(SharedLeaseBlock *block) noexcept {
     bool kept = false;
@@ -793,7 +793,7 @@ class EventPoolCore final : private DeferredWork {
 
   // The one place that ends the core (see Lifetime in the rationale): at once if the pool's
   // destructor brings the balance to zero, else through the deferred work, since the end destroys
-  // events and the last lease may end on a thread that must not call the driver.
+  // handles and the last lease may end on a thread that must not call the driver.
   void settle_leases(std::int64_t delta, bool by_pool = false) noexcept {
     // Acq_rel: the one that reaches zero sees every other user's last use of the core.
     if (lease_balance_.fetch_add(delta, std::memory_order_acq_rel) + delta != 0) return;
@@ -887,10 +887,10 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // A fork() made from a signal handler between the lookup's first check and its setting the hint
-  // leaves the child with a hint and parent's events: the second check forgets them, so that
+  // leaves the child with a hint and parent's handles: the second check forgets them, so that
   // later hits are sound (this very call may still use the cache as the parent left it).
   Cache *hinted_after_fork_check(Cache *cache) noexcept {
-    forget_events_of_parent_process();
+    forget_handles_of_parent_process();
     return cache;
   }
 
@@ -927,7 +927,7 @@ class EventPoolCore final : private DeferredWork {
   }
 
   // Loaded is filled to the cache's fill limit (or absent): swap in an empty previous, or deposit
-  // a full magazine (retiring its events over the idle limit) and load an empty one. Throws only
+  // a full magazine (retiring its handles over the idle limit) and load an empty one. Throws only
   // before changing anything (no empty magazine to be had).
   [[gnu::noinline]] void make_room_in_cache(typename Cache::DeviceMagazines &magazines, int device) {
     if (magazines.previous.held() && magazines.previous.empty()) {
@@ -968,15 +968,15 @@ class EventPoolCore final : private DeferredWork {
 
   // ---- The caches: purger side (under the registry's lock) ----------------------------------------
 
-  // Empties every cache: destroys their events, or moves them to the depots if `keep_events`.
+  // Empties every cache: destroys their handles, or moves them to the depots if `keep_handles`.
   // Leaves every cache requested (bypassed); the caller reopens them.
-  void drain_caches(bool keep_events) noexcept {
+  void drain_caches(bool keep_handles) noexcept {
     collect_abandoned_caches();
     registry_.quiesce(Cache::kDraining, [&](Cache &cache) {
       for_each_magazine(cache, [&](Slot &slot, int device) {
-        if (!keep_events || !depots_.exchange_for_empty(slot, device)) depots_.destroy_events(slot, device);
+        if (!keep_handles || !depots_.exchange_for_empty(slot, device)) depots_.destroy_handles(slot, device);
       });
-      // What the thread's flow taught the cache is forgotten with its events: a thread that
+      // What the thread's flow taught the cache is forgotten with its handles: a thread that
       // still trades often grows its magazines again within a few trades.
       for (int device = 0; device < cache.device_count(); ++device)
         cache.purger_magazines(device).restart_growth();
@@ -1027,11 +1027,11 @@ class EventPoolCore final : private DeferredWork {
     return device;
   }
 
-  [[gnu::always_inline]] int device_for_put(const event_type &event, int device_id) const {
-    int recorded = event.device_id();
+  [[gnu::always_inline]] int device_for_put(const owner_type &owner, int device_id) const {
+    int recorded = owner.device_id();
     // An adopted handle (no device recorded) is asked, where the backend can ask it (streams).
     if constexpr (DeviceQueryingBackend<Backend>)
-      if (recorded == -1) recorded = depots_.backend().query_device(event.get());
+      if (recorded == -1) recorded = depots_.backend().query_device(owner.get());
     if (device_id == -1) return resolve_device(recorded, "Put");
     depots_.check_device(device_id, "Put");
     if (recorded != -1 && recorded != device_id) [[unlikely]]

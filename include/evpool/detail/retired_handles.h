@@ -1,16 +1,16 @@
-// evpool: one device's retired events: those that a Put or the end of a lease could not keep,
+// evpool: one device's retired handles: those that a Put or the end of a lease could not keep,
 // waiting for a call that may call the driver. Private to the library.
 //
 // Design rationale
 // ----------------
-// Destroying an event is a driver call: it may block (pytorch#97066, #122732), and CUDA forbids it
-// on its own threads (a graph user object's destructor, a host function). A Put or a lease may end
-// on such a thread, and sits on a scheduler's hot path anyway. So neither destroys: what they
-// cannot keep (over the idle limit) is retired here, in magazines of the pool's arena on a tagged
-// Treiber stack, as the depot keeps its idle ones. Retired events leave in one of three ways,
-// each on a call that may call the driver:
+// Destroying a handle is a driver call: it may block (cudaEventDestroy did: pytorch#97066,
+// #122732), and CUDA forbids it on its own threads (a graph user object's destructor, a host
+// function). A Put or a lease may end on such a thread, and sits on a scheduler's hot path anyway.
+// So neither destroys: what they cannot keep (over the idle limit) is retired here, in magazines of
+// the pool's arena on a tagged Treiber stack, as the depot keeps its idle ones. Retired handles
+// leave in one of three ways, each on a call that may call the driver:
 //
-//   reused      a Get that finds no idle event takes a retired one instead of creating one
+//   reused      a Get that finds no idle handle takes a retired one instead of creating one
 //   destroyed   by a Get off its fast path (one that refills its cache or goes around it: every
 //               Get of a pool without caches), those that demand has shown surplus, at most
 //               kRetiredDestroyedPerGet at a time; every one by Trim, Purge (a snapshot, so that
@@ -19,19 +19,19 @@
 //
 // Surplus: a working set, as illumos kmem's depot keeps one for its magazines
 // (kmem_depot_ws_update, kmem_depot_ws_reap). Time is counted in Gets off the fast path, the only
-// calls that may destroy, and in windows of them. Each window remembers its low, the fewest events
-// retired at any moment of it; the events under both the last window's low and this one's so far
+// calls that may destroy, and in windows of them. Each window remembers its low, the fewest handles
+// retired at any moment of it; the handles under both the last window's low and this one's so far
 // stayed retired through a whole window, unused, and only those are destroyed. A window lasts
-// retired_window_gets: 64 Gets, plus four times the events that could serve its Gets, the retired
+// retired_window_gets: 64 Gets, plus four times the handles that could serve its Gets, the retired
 // ones at its start and the depot's idle limit. So a demand that comes back within a window finds
-// its events: in a steady cycle (N got, then put back) the Gets take every retired event before
+// its handles: in a steady cycle (N got, then put back) the Gets take every retired handle before
 // the window that began with them ends, each window's low is 0, and after the first round nothing
 // is created or destroyed. A fixed window cannot do that: a cycle longer than it drains the
-// retired events across windows whose lows are all above 0.
+// retired handles across windows whose lows are all above 0.
 //
-// Measured on the seam (the host backend, an idle limit of 4 unless said; events created in the
+// Measured on the seam (the host backend, an idle limit of 4 unless said; handles created in the
 // tenth round, without caches / with them), for the rule before this one, which destroyed 8 on
-// every Get off the fast path before it looked for an event, a fixed window of 64 Gets, and
+// every Get off the fast path before it looked for a handle, a fixed window of 64 Gets, and
 // windows of one, two and four times the stock:
 //
 //   round                          before        fixed 64       x1        x2        x4
@@ -43,24 +43,24 @@
 //   9 Gets, 8 Puts                 2,960 / 232   586 / 0        516 / 0   454 / 0   316 / 0
 //   600, then 50 x 300             13,884 / 252  9,072 / 0      300 / 0   300 / 0   300 / 0
 //   Gets until a fallen demand's   75 / 2,200    150 / 46,600   807 /     1,947 /   4,227 /
-//   retired events are all gone                                 157,200   315,000   630,600
+//   retired handles are all gone                                157,200   315,000   630,600
 //
 // (The last row: after two rounds of 600, rounds of 1 Get without caches, of 100 with them.)
-// Four times: a ramp that grows by one event in four Gets off the fast path keeps its events; the
+// Four times: a ramp that grows by one handle in four Gets off the fast path keeps its handles; the
 // price is how long a fallen demand keeps its own, about two windows. With caches only the Gets
 // that refill count, about one in a hundred in rounds of 100 Gets, hence the larger figures; a
 // thread whose cache absorbs all its calls never leaves the fast path, and its pool keeps its
-// retired events until such a Get, Trim or Purge. What a window cannot see, it destroys: bursts
+// retired handles until such a Get, Trim or Purge. What a window cannot see, it destroys: bursts
 // that return after more than a window of smaller demand (600, then 50 rounds of 300 without
-// caches) find their events gone and create them again, and a slower ramp creates part of its
-// events each round. Rejected too, by reasoning rather than measure: destroying only on Gets that
-// found an idle event without needing a retired one, which a ramp defeats, since its Gets
+// caches) find their handles gone and create them again, and a slower ramp creates part of its
+// handles each round. Rejected too, by reasoning rather than measure: destroying only on Gets that
+// found an idle handle without needing a retired one, which a ramp defeats, since its Gets
 // alternate between the two.
 //
-// Bound: an event the pool created is retired only after it was out, and a Get creates only when
-// it finds neither an idle nor a retired one. So of the events the pool created, those alive (out,
+// Bound: a handle the pool created is retired only after it was out, and a Get creates only when
+// it finds neither an idle nor a retired one. So of the handles the pool created, those alive (out,
 // idle or retired) never exceed the most that were out at once plus the idle bound, as without
-// retirement, whatever is destroyed when. Events the pool never handed out (adopted by a Put) are
+// retirement, whatever is destroyed when. Handles the pool never handed out (adopted by a Put) are
 // bounded only by the caller: Puts of them over the limit retire them all, and only the Gets'
 // destroying of surplus, Trim and Purge destroy them.
 //
@@ -68,7 +68,7 @@
 // taken, on paths that move a magazine anyway. It runs ahead of the stack while a magazine moves
 // (counted before its push, uncounted after its pop), so an emptiness test may send a caller to an
 // empty stack, never past a filled one for good. The window is on a third line: a Get off the fast
-// path that finds retired events counts itself there (one relaxed add), and a take lowers the low
+// path that finds retired handles counts itself there (one relaxed add), and a take lowers the low
 // when the count falls under it (a compare-exchange); a Get that finds none reads the count alone.
 #pragma once
 
@@ -81,13 +81,13 @@
 
 namespace evpool::detail {
 
-/// The most retired events one Get off its fast path destroys: what bounds the driver calls it
+/// The most retired handles one Get off its fast path destroys: what bounds the driver calls it
 /// adds (with caches, a refill happens once per magazine of Gets).
 inline constexpr std::uint32_t kRetiredDestroyedPerGet = 8;
 
 /// How many Gets off the fast path a window of the working set lasts that begins with `retired`
-/// retired events, in a depot that keeps at most `idle_bound` idle (0 without a limit): four
-/// times every event that could serve them, and a few more (see the rationale).
+/// retired handles, in a depot that keeps at most `idle_bound` idle (0 without a limit): four
+/// times every handle that could serve them, and a few more (see the rationale).
 inline constexpr std::uint64_t retired_window_gets(std::uint64_t retired, std::uint64_t idle_bound) noexcept {
   constexpr std::uint64_t kMost = 0xFFFF'FFFF;  // 2^32 - 1 each: the sum cannot wrap
   return 64 + 4 * (std::min(retired, kMost) + std::min(idle_bound, kMost));
@@ -96,18 +96,18 @@ inline constexpr std::uint64_t retired_window_gets(std::uint64_t retired, std::u
 /// Thread-safety: every member may be called by any number of threads at once, except
 /// forget_all() (a fork child's one forgetting thread). Progress: lock-free.
 template <class Magazine, class Stack, template <class> class Atomic>
-class RetiredEvents {
+class RetiredHandles {
  public:
   using Arena = NodeArena<Magazine, Atomic>;
 
-  /// The magazine `index` (count >= 1) joins the retired events; the caller no longer holds it.
+  /// The magazine `index` (count >= 1) joins the retired handles; the caller no longer holds it.
   void give(std::uint32_t index, Arena &arena) noexcept {
     // Relaxed: the count orders nothing; the stack's release publishes the magazine.
     count_.value.fetch_add(arena[index].count, std::memory_order_relaxed);
     stack_.value.push(index, arena);
   }
 
-  /// A magazine of retired events, now the caller's, or kNilIndex if there is none.
+  /// A magazine of retired handles, now the caller's, or kNilIndex if there is none.
   std::uint32_t take(Arena &arena) noexcept {
     if (empty()) return kNilIndex;  // the common case: one load of a line nobody writes
     const std::uint32_t index = stack_.value.pop(arena);
@@ -115,7 +115,7 @@ class RetiredEvents {
     return index;
   }
 
-  /// Every magazine of retired events, as a chain linked through `next`, now the caller's.
+  /// Every magazine of retired handles, as a chain linked through `next`, now the caller's.
   std::uint32_t take_all(Arena &arena) noexcept {
     if (empty()) return kNilIndex;
     const std::uint32_t first = stack_.value.pop_all();
@@ -127,19 +127,19 @@ class RetiredEvents {
 
   bool empty() const noexcept { return count() == 0; }
 
-  /// The retired events (for stats(); exact once no call is in progress).
+  /// The retired handles (for stats(); exact once no call is in progress).
   std::uint64_t count() const noexcept { return count_.value.load(std::memory_order_relaxed); }
 
-  /// A Get off its fast path on this device, after it took its event: counts it in the working
-  /// set's window, closes the window if this Get was its last, and returns how many retired events
+  /// A Get off its fast path on this device, after it took its handle: counts it in the working
+  /// set's window, closes the window if this Get was its last, and returns how many retired handles
   /// the caller may destroy now, at most `most`: those that stayed retired through the whole last
   /// window and this one so far. The caller destroys them through take(). `idle_bound`: the most
-  /// events the depot keeps idle (0 without a limit), which sets how long a window lasts.
+  /// handles the depot keeps idle (0 without a limit), which sets how long a window lasts.
   std::uint32_t surplus_after_get(std::uint64_t idle_bound, std::uint32_t most) noexcept {
     // Nothing retired: this window's low is 0 (take() lowered it there), so nothing is surplus
-    // until a whole window has passed with retired events; the common case costs this one load.
+    // until a whole window has passed with retired handles; the common case costs this one load.
     if (empty()) return 0;
-    // Relaxed, here and for the marks: the window orders nothing (the stack publishes the events);
+    // Relaxed, here and for the marks: the window orders nothing (the stack publishes the handles);
     // a count read while others move magazines only makes one window a little longer or shorter.
     if (window_.value.gets_left.fetch_sub(1, std::memory_order_relaxed) == 1) close_window(idle_bound);
     std::uint64_t marks = window_.value.marks.load(std::memory_order_relaxed);
@@ -153,7 +153,7 @@ class RetiredEvents {
     }
   }
 
-  /// A fork() child forgets its parent's retired events, without destroying them; their magazines
+  /// A fork() child forgets its parent's retired handles, without destroying them; their magazines
   /// become `release_empty`'s.
   template <class ReleaseEmpty>
   void forget_all(Arena &arena, ReleaseEmpty &&release_empty) noexcept {
@@ -174,7 +174,8 @@ class RetiredEvents {
   //    63                               32 31                                0
   //   +-----------------------------------+-----------------------------------+
   //   | the earlier window's low, less    | this window's low: the fewest     |
-  //   | what was destroyed since          | retired events seen since it began|
+  //   | what was destroyed since          | retired handles seen since it     |
+  //   |                                   | began                             |
   //   +-----------------------------------+-----------------------------------+
   //
   // Counts beyond 32 bits read as 2^32 - 1 there: a window then reports fewer surplus, never more.
@@ -187,7 +188,7 @@ class RetiredEvents {
   }
   static std::uint32_t current_low(std::uint64_t marks) noexcept { return static_cast<std::uint32_t>(marks); }
 
-  // `taken` events left: the count goes down, and this window's low with it.
+  // `taken` handles left: the count goes down, and this window's low with it.
   void count_down(std::uint64_t taken) noexcept {
     // Relaxed: see surplus_after_get.
     const std::uint64_t now = count_.value.fetch_sub(taken, std::memory_order_relaxed) - taken;
