@@ -15,5 +15,5 @@
 #include <utility>
 #include <vector>
 
-#include "evpool/basic_event_pool.h"
+#include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
