@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -302,6 +303,34 @@ TEST(CheckedPool, OutstandingEventsAreReportedWithWhereTheyWereGot) {
   EXPECT_THAT(report, HasSubstr("device 1: 2 outstanding"));
   EXPECT_THAT(report, Not(HasSubstr("device 0")));
   EXPECT_THAT(report, HasSubstr("event " + std::to_string(kept[0].get()) + ", got at:"));
+}
+
+// The report gives the command that names each frame's function and line; run, it finds the Get
+// in this file.
+TEST(CheckedPool, TheReportSaysHowToGetTheFunctionsAndLinesOfAGet) {
+  if (std::system("addr2line --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "needs addr2line (binutils)";
+  HostBackend backend(1);
+  std::vector<Event> kept;
+  testing::internal::CaptureStderr();
+  {
+    Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+    kept.push_back(pool.Get(0));
+  }
+  const std::string report = testing::internal::GetCapturedStderr();
+  std::string lines_of_this_program;
+  for (std::size_t at = report.find("names and lines: "); at != std::string::npos;
+       at = report.find("names and lines: ", at + 1)) {
+    const std::string command = report.substr(at + 17, report.find('\n', at) - at - 17);
+    if (command.find("evpool_unit_tests") == std::string::npos) continue;  // a shared library's frames
+    std::FILE *output = popen((command + " 2>&1").c_str(), "r");
+    ASSERT_NE(output, nullptr);
+    char buffer[4096];
+    for (std::size_t read; (read = std::fread(buffer, 1, sizeof buffer, output)) > 0;)
+      lines_of_this_program.append(buffer, read);
+    pclose(output);
+  }
+  EXPECT_THAT(lines_of_this_program, HasSubstr("pool_checks_test.cc:")) << report;
+  EXPECT_THAT(lines_of_this_program, HasSubstr("BasicHandlePool")) << report;
 }
 
 TEST(UncheckedPool, OutstandingEventsAreReportedAsCounts) {

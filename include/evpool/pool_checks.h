@@ -23,6 +23,9 @@
 //   - handles still outstanding when the pool's state is destroyed (its last reference gone): each
 //     is reported on stderr with the stack of the Get that handed it out; the process-wide pools
 //     (instance(), instance_for()) report at exit. Without checks the report gives the counts alone.
+//     A stack names each frame's object file and offset, the function where the object exports
+//     it, and ends with the addr2line command that prints every frame's function and source line
+//     (build with -g for lines);
 //   - a Put under a device that contradicts the handle's own stays an error, as without checks;
 //     and a bare handle the pool handed out for one device, put under another, is refused with
 //     std::invalid_argument (the caller still owns it);
@@ -61,6 +64,13 @@ namespace detail {
 /// Whether EVPOOL_CHECKED asks for checks: unset, empty or "0" no, "1" yes. Throws
 /// std::invalid_argument, naming the value, for anything else.
 EVPOOL_API bool checks_requested_by_environment();
+
+/// A stack recorded with backtrace(), one frame a line, each line starting with `indent`: the
+/// function where the dynamic symbol table names it, and always the object file and the offset in
+/// it. Then, for each object file, the addr2line command that prints the functions and source lines
+/// of its frames (names of functions not exported, lines where the object has debug information).
+/// Never throws but std::bad_alloc.
+EVPOOL_API std::string describe_stack(void *const *frames, int depth, const char *indent);
 }  // namespace detail
 
 }  // namespace evpool

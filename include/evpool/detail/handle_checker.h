@@ -150,10 +150,7 @@ class HandleChecker {
       for (const auto &[handle, record] : records_) {
         if (record.idle || record.device != device) continue;
         text << "    event " << handle_text(handle) << ", got at:\n";
-        char **symbols = ::backtrace_symbols(record.stack.data(), record.depth);
-        for (int frame = 0; frame < record.depth; ++frame)
-          text << "      " << (symbols != nullptr ? symbols[frame] : "?") << "\n";
-        std::free(symbols);
+        text << describe_stack(record.stack.data(), record.depth, "      ");
       }
     }
     return text.str();
@@ -228,11 +225,9 @@ class HandleChecker {
                                                                        Handle handle) {
     std::string text = "evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device);
     text += " into a pool that never handed it out: another checked pool handed it out for device ";
-    text += std::to_string(record.device) + " and has not had it back; the caller still owns the event. Got at:";
-    char **symbols = ::backtrace_symbols(record.stack.data(), record.depth);
-    for (int frame = 0; frame < record.depth; ++frame)
-      text += std::string("\n  ") + (symbols != nullptr ? symbols[frame] : "?");
-    std::free(symbols);
+    text += std::to_string(record.device) + " and has not had it back; the caller still owns the event. Got at:\n";
+    text += describe_stack(record.stack.data(), record.depth, "  ");
+    text.pop_back();  // the message ends without a newline
     throw std::invalid_argument(text);
   }
 
