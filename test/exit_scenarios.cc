@@ -140,8 +140,8 @@ int host_completion_queue_leaked_with_work_that_never_ends() {
   static auto *pool = new evpool::BasicHandlePool<evpool::HostBackend>(*events);
   static auto *queue = new evpool::BasicCompletionQueue<evpool::test::HostCompletionBackend>(
       evpool::test::HostCompletionBackend(*pool));
-  static evpool::test::HostWorkStream never_done;
-  for (int i = 0; i < 4; ++i) queue->notify(&never_done, [](int) { std::abort(); });
+  static auto *never_done = new evpool::test::HostWorkStream;  // the poller reads it to the end
+  for (int i = 0; i < 4; ++i) queue->notify(never_done, [](int) { std::abort(); });
   std::this_thread::sleep_for(20ms);
   std::exit(0);
 }
