@@ -135,10 +135,11 @@ VisibleGpus visible_gpus() {
   if (status != cudaSuccess || gpus.count == 0) {
     cudaGetLastError();
     gpus.count = 0;
-    gpus.description = std::string("none (") +
-                       (status != cudaSuccess ? std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status)
-                                              : std::string("no device")) +
-                       "): host backend only";
+    gpus.description =
+        std::string("none (") +
+        (status != cudaSuccess ? std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status)
+                               : std::string("no device")) +
+        "): host backend only";
     return gpus;
   }
   cudaDeviceProp properties{};

@@ -71,7 +71,8 @@ std::string describe_stack(void *const *frames, int depth, const char *indent) {
     const bool relocatable = reinterpret_cast<const ElfW(Ehdr) *>(info.dli_fbase)->e_type == ET_DYN;
     const std::uintptr_t offset = relocatable ? address - base : address;
     if (info.dli_sname != nullptr)
-      text += demangled(info.dli_sname) + " + " + hex(address - reinterpret_cast<std::uintptr_t>(info.dli_saddr)) + " ";
+      text += demangled(info.dli_sname) + " + " +
+              hex(address - reinterpret_cast<std::uintptr_t>(info.dli_saddr)) + " ";
     text += "(" + object + " " + hex(offset) + ")\n";
     // A frame's address is where its call returns to: one byte back is inside the call itself,
     // whose line is the one to show.

@@ -416,7 +416,9 @@ TEST_F(CompletionQueueOnGpu, AStreamDestroyedWithWorkRunningIsNotFinishedByTheNe
     ASSERT_TRUE(b.ready()) << "round " << round << ": B is not done after 10 s";
     if (b_early) ++early;
     EXPECT_EQ(a.status(), cudaSuccess);
-    if (c.valid()) { EXPECT_EQ(c.status(), cudaSuccess); }
+    if (c.valid()) {
+      EXPECT_EQ(c.status(), cudaSuccess);
+    }
     for (cudaStream_t stream : created) EXPECT_CUDA(cudaStreamDestroy(stream));
     EXPECT_CUDA(cudaEventDestroy(after_spin));
   }

@@ -421,7 +421,9 @@ TEST(StreamPoolOnGpu, AGetDuringAnotherThreadsGlobalCaptureLeavesTheCaptureValid
   other.join();
   cudaGraph_t graph = nullptr;
   EXPECT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess);
-  if (graph != nullptr) { EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess); }
+  if (graph != nullptr) {
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
   EXPECT_EQ(cudaStreamDestroy(capturing), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
