@@ -53,8 +53,8 @@ class CompletionQueueAfterFork : public test::HostCompletionFixture<testing::Tes
 };
 
 TEST_P(CompletionQueueAfterFork, TheChildServesItsOwnRequestsAndNeverItsParents) {
-  Queue queue(backend_, CompletionQueueOptions{GetParam()});
   HostWorkStream parents_stream;
+  Queue queue(backend_, CompletionQueueOptions{GetParam()});
   std::atomic<int> parents_calls{0};
   for (int i = 0; i < 4; ++i) queue.notify(&parents_stream, [&](int) { ++parents_calls; });
   const auto wait = [&](Queue::completion &completion) {
@@ -110,8 +110,8 @@ TEST_P(CompletionQueueAfterFork, AChildsDestructorDoesNotWaitForItsParentsReques
 // not find the queue locked by that pass, which will never end there: the child's request is
 // done within seconds. Fails if forgetting leaves the lock as the parent had it.
 TEST_P(CompletionQueueAfterFork, AForkDuringAParentsPassLeavesTheChildsQueueUnlocked) {
-  Queue queue(backend_, CompletionQueueOptions{GetParam()});
   HostWorkStream parents_stream;
+  Queue queue(backend_, CompletionQueueOptions{GetParam()});
   parents_stream.complete_through(1);
   std::atomic<bool> in_callback{false}, release{false};
   queue.notify(&parents_stream, [&](int) {

@@ -43,8 +43,8 @@ TEST_F(CompletionQueueTest, TheCallbackRunsOnceWhenTheWorkCompletesAndTheEventIs
     ++give_backs;
     ready_at_give_back += completion.ready();
   });
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   int calls = 0;
   int status_seen = -100;
   std::uint64_t given_back_in_callback = 99;
@@ -78,8 +78,8 @@ TEST_F(CompletionQueueTest, TheCallbackRunsOnceWhenTheWorkCompletesAndTheEventIs
 }
 
 TEST_F(CompletionQueueTest, CallbacksOfOneStreamRunInTheOrderOfTheRequests) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> order;
   for (int i = 1; i <= 8; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
   stream.complete_through(3);
@@ -91,8 +91,8 @@ TEST_F(CompletionQueueTest, CallbacksOfOneStreamRunInTheOrderOfTheRequests) {
 }
 
 TEST_F(CompletionQueueTest, OnlyTheOldestPendingRequestOfAStreamIsQueried) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   for (int i = 0; i < 8; ++i) queue.notify(&stream, [](int) {});
   const std::uint64_t before = backend_.queries();
   for (int pass = 0; pass < 10; ++pass) EXPECT_EQ(queue.poll(), 0u);
@@ -107,8 +107,8 @@ TEST_F(CompletionQueueTest, OnlyTheOldestPendingRequestOfAStreamIsQueried) {
 }
 
 TEST_F(CompletionQueueTest, AStreamPartlyDoneIsFinishedOneByOneAfterTheNewestSaysNotYet) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> order;
   for (int i = 1; i <= 8; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
   stream.complete_through(5);
@@ -122,8 +122,8 @@ TEST_F(CompletionQueueTest, AStreamPartlyDoneIsFinishedOneByOneAfterTheNewestSay
 }
 
 TEST_F(CompletionQueueTest, CatchingUpKeepsTheStatusOfARequestThatWasNeverRecorded) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> statuses;
   const auto record = [&](int status) { statuses.push_back(status); };
   queue.notify(&stream, record);
@@ -138,8 +138,8 @@ TEST_F(CompletionQueueTest, CatchingUpKeepsTheStatusOfARequestThatWasNeverRecord
 }
 
 TEST_F(CompletionQueueTest, ANewestRequestThatFailedDoesNotFinishTheOthersWithItsError) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> statuses;
   for (int i = 0; i < 4; ++i) queue.notify(&stream, [&](int status) { statuses.push_back(status); });
   stream.fail_from(4, 700);
@@ -153,8 +153,8 @@ TEST_F(CompletionQueueTest, ANewestRequestThatFailedDoesNotFinishTheOthersWithIt
 // work still runs: keyed by handle alone, the poller asked the newest (C) after A and finished B
 // with it. (The fixture's check fails too: B's event went back with its work running.)
 TEST_F(CompletionQueueTest, AHandleGivenToANewStreamDoesNotFinishTheOldStreamsRequests) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<std::string> done;
   const auto note = [&](std::string name) { return [&done, name](int) { done.push_back(name); }; };
   queue.notify(&stream, note("A"));
@@ -175,8 +175,8 @@ TEST_F(CompletionQueueTest, AHandleGivenToANewStreamDoesNotFinishTheOldStreamsRe
 // Where the backend cannot read a stream's id, the requests of a handle share one FIFO whatever
 // stream the handle named, and it never catches up: each request is finished on its own query.
 TEST_F(CompletionQueueTest, RequestsWithoutAStreamIdNeverCatchUp) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   stream.hide_stream_id(true);
   std::vector<int> order;
   for (int i = 1; i <= 4; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
@@ -200,8 +200,8 @@ TEST_F(CompletionQueueTest, RequestsWithoutAStreamIdNeverCatchUp) {
 
 // notify() with nothing to call: refused before any event is taken, the caller's object intact.
 TEST_F(CompletionQueueTest, ACallbackThatConvertsToFalseIsRefusedBeforeAnEventIsTaken) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   const auto message_of = [&](auto &&callback) -> std::string {
     try {
       queue.notify(&stream, std::forward<decltype(callback)>(callback));
@@ -316,8 +316,8 @@ TEST_F(CompletionQueueTest, StreamsCompleteIndependently) {
 }
 
 TEST_F(CompletionQueueTest, AStickyErrorReachesEveryLaterCallback) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> statuses;
   for (int i = 0; i < 3; ++i) queue.notify(&stream, [&](int status) { statuses.push_back(status); });
   stream.fail_from(2, 700);
@@ -328,8 +328,8 @@ TEST_F(CompletionQueueTest, AStickyErrorReachesEveryLaterCallback) {
 }
 
 TEST_F(CompletionQueueTest, AFailedRecordReachesTheCallbackWithoutAQuery) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   stream.fail_records(35);
   int status_seen = 0;
   Completion completion = queue.notify(&stream, [&](int status) { status_seen = status; });
@@ -342,8 +342,8 @@ TEST_F(CompletionQueueTest, AFailedRecordReachesTheCallbackWithoutAQuery) {
 }
 
 TEST_F(CompletionQueueTest, AnEventThatCannotBeCreatedReachesTheCallbackAsAStatus) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   events_.inject_create_fault([](std::uint64_t, int) { return true; });
   int status_seen = 0;
   queue.notify(&stream, [&](int status) { status_seen = status; });
@@ -352,8 +352,8 @@ TEST_F(CompletionQueueTest, AnEventThatCannotBeCreatedReachesTheCallbackAsAStatu
 }
 
 TEST_F(CompletionQueueTest, ARefusedStreamLeavesTheCallbackWithTheCaller) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   stream.set_capturing(true);
   auto owned = std::make_unique<int>(7);
   auto callback = [owned = std::move(owned)](int) {};
@@ -368,8 +368,8 @@ TEST_F(CompletionQueueTest, ARefusedStreamLeavesTheCallbackWithTheCaller) {
 }
 
 TEST_F(CompletionQueueTest, WhatACallbackCapturedIsLetGoOfOnceItRanNotWhenTheHandleGoes) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   auto buffer = std::make_shared<int>(0);
   Completion kept = queue.notify(&stream, [buffer](int) { ++*buffer; });
   Completion throwing = queue.notify(&stream, [buffer](int) { throw std::runtime_error("no"); });
@@ -381,8 +381,8 @@ TEST_F(CompletionQueueTest, WhatACallbackCapturedIsLetGoOfOnceItRanNotWhenTheHan
 }
 
 TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillRun) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   int after = 0;
   Completion throwing = queue.notify(&stream, [](int) { throw std::runtime_error("callback failed"); });
   Completion next = queue.notify(&stream, [&](int) { ++after; });
@@ -398,8 +398,8 @@ TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillR
 }
 
 TEST_F(CompletionQueueTest, ACallbackMayAskForMoreAndMayCallPoll) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::vector<int> order;
   std::size_t polled_inside = 99;
   std::function<void(int)> chain = [&](int) {
@@ -443,8 +443,8 @@ TEST_F(CompletionQueueTest, TheDestructorRunsEveryPendingCallbackIncludingThoseT
 }
 
 TEST_F(CompletionQueueTest, ThePollerThreadFinishesRequestsAndWaitWakesUp) {
-  Queue queue(backend_);
   HostWorkStream stream;
+  Queue queue(backend_);
   std::atomic<int> calls{0};
   Completion completion = queue.notify(&stream, [&](int) { ++calls; });
   std::jthread completer([&] {
@@ -457,8 +457,8 @@ TEST_F(CompletionQueueTest, ThePollerThreadFinishesRequestsAndWaitWakesUp) {
 }
 
 TEST_F(CompletionQueueTest, AnIdlePollerSleepsUntilARequestArrives) {
-  Queue queue(backend_);
   HostWorkStream stream;
+  Queue queue(backend_);
   stream.complete_through(1);
   queue.notify(&stream).wait();
   // Idle now: the poller sleeps in the kernel, making no pass, however long it is left alone.
@@ -476,8 +476,8 @@ TEST_F(CompletionQueueTest, APollerWaitingForLongWorkBacksOffToSleeps) {
   CompletionQueueOptions options;
   options.spin_for = 0ns;
   options.max_sleep = 2ms;
-  Queue queue(backend_, options);
   HostWorkStream stream;
+  Queue queue(backend_, options);
   Completion completion = queue.notify(&stream);
   std::this_thread::sleep_for(50ms);
   const CompletionQueueStats waiting = queue.stats();
@@ -568,8 +568,8 @@ TEST_F(CompletionQueueTest, ARequestPushedThroughTheSharedChannelDuringAPassKeep
 }
 
 TEST_F(CompletionQueueTest, RequestsOfAThreadThatExitedStillComplete) {
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   std::atomic<int> calls{0};
   std::thread([&] {
     for (int i = 0; i < 4; ++i) queue.notify(&stream, [&](int) { ++calls; });
@@ -605,8 +605,8 @@ TEST_F(CompletionQueueTest, AnEmptyOrUnfinishedHandleSaysSo) {
   EXPECT_FALSE(empty.valid());
   EXPECT_FALSE(empty.ready());
   EXPECT_THROW(empty.wait(), std::logic_error);
-  Queue queue(backend_, kPolledByTest);
   HostWorkStream stream;
+  Queue queue(backend_, kPolledByTest);
   Completion pending = queue.notify(&stream);
   EXPECT_THROW(pending.status(), std::logic_error);
   EXPECT_THROW(pending.callback_exception(), std::logic_error);

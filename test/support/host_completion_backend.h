@@ -80,6 +80,8 @@ class HostWork {
 };
 
 /// A stream handle: names one HostWork at a time. The work calls act on the one it names now.
+/// It must outlive every queue that holds requests on it (declare it before the queue): a queue's
+/// poller reads it until the queue is destroyed.
 class HostWorkStream {
  public:
   explicit HostWorkStream(int device = 0) : device_(device) {
