@@ -39,6 +39,7 @@
 
 #include <execinfo.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -53,6 +54,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "evpool/detail/fork_guard.h"
 #include "evpool/pool_checks.h"
@@ -139,16 +141,23 @@ class HandleChecker {
   /// The handles still outstanding, per device, each with the stack of the Get that handed it out;
   /// empty if there are none.
   std::string describe_outstanding(int devices) {
-    std::ostringstream text;
-    std::lock_guard lock(lock_);
-    for (int device = 0; device < devices; ++device) {
-      std::size_t outstanding = 0;
+    // Copied under the lock and described after it: describing a stack takes the dynamic loader's
+    // lock (dladdr), which a thread in dlclose may hold while a plugin's destructor Puts a handle
+    // into this pool, waiting for our lock.
+    std::vector<std::pair<Handle, Record>> outstanding;
+    {
+      std::lock_guard lock(lock_);
       for (const auto &entry : records_)
-        outstanding += !entry.second.idle && entry.second.device == device ? 1 : 0;
-      if (outstanding == 0) continue;
-      text << "  device " << device << ": " << outstanding << " outstanding\n";
-      for (const auto &[handle, record] : records_) {
-        if (record.idle || record.device != device) continue;
+        if (!entry.second.idle) outstanding.push_back(entry);
+    }
+    std::ostringstream text;
+    for (int device = 0; device < devices; ++device) {
+      const auto on_device = [device](const auto &entry) { return entry.second.device == device; };
+      const auto count = std::count_if(outstanding.begin(), outstanding.end(), on_device);
+      if (count == 0) continue;
+      text << "  device " << device << ": " << count << " outstanding\n";
+      for (const auto &[handle, record] : outstanding) {
+        if (record.device != device) continue;
         text << "    event " << handle_text(handle) << ", got at:\n";
         text << describe_stack(record.stack.data(), record.depth, "      ");
       }
