@@ -5,11 +5,14 @@
 // kernels had finished; the executor's times say that every task was made ready only after its
 // inputs' completions were seen; and nothing leaks: the executor handed back every lease and
 // event it took and heard every completion it asked for once (support/counting_stack.h), and
-// evpool's pools have every stream and event back. Each skips without a GPU.
+// evpool's pools have every stream and event back. And the reference, the graph captured once and
+// replayed: each replay runs every kernel once more, none before its inputs. Each skips without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +28,7 @@
 #include "scheduler/dali_stack.h"
 #include "scheduler/evpool_stack.h"
 #include "scheduler/executor.h"
+#include "scheduler/graph_replay.h"
 #include "scheduler/limit_stack.h"
 #include "scheduler/pytorch_stack.h"
 #include "scheduler/task_kernel.h"
@@ -142,6 +146,24 @@ TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
         EXPECT_EQ(pools.streams.stats().total().outstanding, 0) << "streams not handed back";
         EXPECT_EQ(pools.events.stats().total().outstanding, 0) << "events not handed back";
       }
+    }
+  }
+}
+
+TEST(GraphReplayOnGpu, EachReplayRunsEveryTaskOnceAfterItsInputs) {
+  EVPOOL_REQUIRE_GPU();
+  ASSERT_CUDA(cudaSetDevice(example::CudaSteps::kDevice));
+  for (const Workload &workload : kWorkloads) {
+    SCOPED_TRACE(workload.name);
+    const Dag dag = workload.make();
+    TaskKernel kernel(&dag);
+    example::GraphReplay graph(kernel, dag);
+    for (std::uint32_t replays = 1; replays <= 2; ++replays) {
+      graph.replay();
+      const TaskKernel::Check check = kernel.read_check();
+      EXPECT_EQ(check.violations, 0u) << "kernels began before an input's kernel had finished";
+      EXPECT_EQ(std::count(check.runs.begin(), check.runs.end(), replays), static_cast<std::ptrdiff_t>(dag.size()))
+          << "tasks whose kernel did not run once a replay";
     }
   }
 }

@@ -307,7 +307,9 @@ TEST(ExecutorFailures, ALaunchThatThrowsEndsTheRunWithItsErrorLaunchesNothingAft
     EXPECT_EQ(bench.log.runs[kRefused], 0);
     for (TaskId task = 0; task < dag.size(); ++task) {
       EXPECT_LE(bench.log.runs[task], 1) << "task " << task;
-      if (after[task]) EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
+      if (after[task]) {
+        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
+      }
     }
     EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
 
@@ -343,7 +345,9 @@ TEST(ExecutorFailures, AKernelThatFailsEndsTheRunWithItsStatusLaunchesNothingAft
     bench.gpu.synchronize();
     EXPECT_EQ(bench.log.runs[kFailing], 1);
     for (TaskId task = 0; task < dag.size(); ++task)
-      if (after[task]) EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the failed one";
+      if (after[task]) {
+        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the failed one";
+      }
   }
   bench.expect_all_back();
   expect_backends_even(bench);

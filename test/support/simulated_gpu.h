@@ -25,7 +25,8 @@
 // records; when the device runs a stream's n-th mark, it completes that stream's HostWork through
 // number n. So a request is complete exactly when the work enqueued before it has run. The marks
 // and the queue's records of one stream are numbered alike only if one thread at a time enqueues
-// on the stream: the stacks that use marks lease their streams exclusively.
+// on the stream (the stacks that use marks lease their streams exclusively), and only if each of
+// the queue's records numbers one (the tests inject no fault into the events it takes).
 //
 // One mutex guards everything: this is the tests' model of a device, not the code under test. What
 // the executor's own ordering gets right or wrong shows in what the kernels see.
