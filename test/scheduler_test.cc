@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -205,6 +206,8 @@ struct Workload {
   const char *name;
   Dag (*make)();
 };
+
+void PrintTo(const Workload &workload, std::ostream *out) { *out << workload.name; }
 
 const Workload kWorkloads[] = {
     {"FanOutFanIn", [] { return example::fan_out_fan_in(6, 16); }},
