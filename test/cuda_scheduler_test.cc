@@ -102,8 +102,8 @@ struct StackNames {
   }
 };
 
-using Stacks = testing::Types<example::EvpoolStack, example::DaliStack, example::PytorchStack,
-                              example::TensorflowStack, example::LimitStack>;
+using Stacks =
+    testing::Types<example::EvpoolStack, example::DaliStack, example::PytorchStack, example::TensorflowStack, example::LimitStack>;
 TYPED_TEST_SUITE(SchedulerOnGpu, Stacks, StackNames);
 
 TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
@@ -129,7 +129,8 @@ TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
           std::size_t not_once = 0, ready_early = 0;
           for (TaskId task = 0; task < dag.size(); ++task) {
             not_once += check.runs[task] != 1;
-            for (const TaskId input : dag.inputs(task)) ready_early += result.tasks[task].ready < result.tasks[input].seen;
+            for (const TaskId input : dag.inputs(task))
+              ready_early += result.tasks[task].ready < result.tasks[input].seen;
           }
           EXPECT_EQ(not_once, 0u) << "tasks whose kernel did not run exactly once";
           EXPECT_EQ(ready_early, 0u) << "tasks made ready before an input's completion was seen";

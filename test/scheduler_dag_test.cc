@@ -25,7 +25,8 @@ using namespace std::chrono_literals;
 std::vector<TaskId> to_vector(std::span<const TaskId> ids) { return {ids.begin(), ids.end()}; }
 
 // Adding `inputs` throws std::invalid_argument with `message`, and the graph stays as it was.
-void expect_refused(Dag &dag, std::chrono::nanoseconds duration, std::vector<TaskId> inputs, const std::string &message) {
+void expect_refused(Dag &dag, std::chrono::nanoseconds duration, std::vector<TaskId> inputs,
+                    const std::string &message) {
   const std::size_t size = dag.size(), levels = dag.levels(), width = dag.width();
   std::vector<std::vector<TaskId>> successors;
   for (TaskId task = 0; task < size; ++task) successors.push_back(to_vector(dag.successors(task)));

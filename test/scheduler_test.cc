@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -49,6 +51,7 @@ using example::Executor;
 using example::RunResult;
 using example::TaskId;
 using test::SimulatedGpu;
+using namespace std::chrono_literals;
 
 using StreamPool = BasicHandlePool<test::HostStreamBackend, StreamPoolPolicy>;
 using EventPool = test::HostCompletionBackend::pool_type;
@@ -174,8 +177,9 @@ void expect_every_task_once_after_its_inputs(const Dag &dag, const DeviceLog &lo
       first += "task " + std::to_string(task) + " ran " + std::to_string(log.runs[task]) + " times; ";
     for (const TaskId input : dag.inputs(task))
       if (result.tasks[task].ready < result.tasks[input].seen && ready_early++ == 0)
-        first += "task " + std::to_string(task) + " was ready at " + std::to_string(result.tasks[task].ready.count()) +
-                 " ns, before its input " + std::to_string(input) + "'s completion was seen at " +
+        first += "task " + std::to_string(task) + " was ready at " +
+                 std::to_string(result.tasks[task].ready.count()) + " ns, before its input " +
+                 std::to_string(input) + "'s completion was seen at " +
                  std::to_string(result.tasks[input].seen.count()) + " ns; ";
   }
   EXPECT_EQ(not_once, 0u) << first;
@@ -369,6 +373,64 @@ TEST(ExecutorFailures, TheLimitStackReportsAFailedKernelAtItsSynchronize) {
   } catch (const std::runtime_error &error) {
     EXPECT_STREQ(error.what(), "synchronize: host status 7");
   }
+}
+
+// A stack that runs each callback on a thread of its own, and holds the worker that notified
+// inside notify() until the graph's last task is launched: so the worker that wrote an input's
+// event touches nothing shared again before the successor's worker reads it, and only the
+// callbacks' count of inputs_left can order the two (executor.h, memory orders). Under
+// ThreadSanitizer, a count without acquire and release shows as a race on the event.
+class ThreadPerCallbackStack {
+ public:
+  using stream_lease = int;
+  using event_type = std::uint64_t;
+  using status_type = int;
+  static bool succeeded(int status) noexcept { return status == 0; }
+  static std::string describe(int status) { return std::to_string(status); }
+
+  explicit ThreadPerCallbackStack(const Dag &dag)
+      : last_(static_cast<TaskId>(dag.size() - 1)), threads_(dag.size()) {}
+  ~ThreadPerCallbackStack() {
+    for (std::thread &thread : threads_)
+      if (thread.joinable()) thread.join();
+  }
+
+  stream_lease lease_stream(TaskId) { return 0; }
+  void wait(int, std::uint64_t) {}
+  void launch(int, TaskId task, std::chrono::nanoseconds) {
+    launching = task;
+    // Relaxed, as every access of it: a flag that must not order anything (see above).
+    if (task == last_) last_launched_.store(true, std::memory_order_relaxed);
+  }
+  event_type get_event(TaskId task) { return task + std::uint64_t{1}; }
+  void record(event_type &, int) {}
+  void put_event(event_type &&) noexcept {}
+  template <class F>
+  void notify(int, F &&done) {
+    threads_[launching] = std::thread([done = std::forward<F>(done)]() mutable { done(0); });
+    while (!last_launched_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void finish() {}
+
+ private:
+  static inline thread_local TaskId launching = 0;  // from launch() to notify(), on one worker
+  const TaskId last_;
+  std::vector<std::thread> threads_;  // by task: each written by the one worker that runs it
+  std::atomic<bool> last_launched_{false};
+};
+
+TEST(ExecutorMemoryOrder, TheLastInputsCallbackCarriesTheOtherInputsEventsToTheSuccessor) {
+  Dag dag;
+  dag.add(1us);
+  dag.add(1us);
+  dag.add(1us, {0, 1});
+  ThreadPerCallbackStack stack(dag);
+  Executor<ThreadPerCallbackStack> executor(stack, dag);
+  // Three workers: the two that run the inputs are held in notify() until the third launches the
+  // successor.
+  const RunResult result = executor.run(3);
+  EXPECT_LE(result.tasks[0].seen, result.tasks[2].ready);
+  EXPECT_LE(result.tasks[1].seen, result.tasks[2].ready);
 }
 
 TEST(ExecutorInput, FewerThanOneWorkerIsRefusedBeforeAnythingRuns) {

@@ -59,17 +59,18 @@ class Dag {
     Task task{duration, std::vector<TaskId>(inputs.begin(), inputs.end()), {}, 0, 0};
     for (const TaskId input : inputs) {
       if (input >= id)
-        throw std::invalid_argument("Dag::add: input " + std::to_string(input) + " of task " + std::to_string(id) +
-                                    " is not a task added before it (" +
-                                    (id == 0 ? std::string("none is") : "tasks 0 to " + std::to_string(id - 1) + " are") +
-                                    "); add a task's inputs first");
+        throw std::invalid_argument(
+            "Dag::add: input " + std::to_string(input) + " of task " + std::to_string(id) +
+            " is not a task added before it (" +
+            (id == 0 ? std::string("none is") : "tasks 0 to " + std::to_string(id - 1) + " are") +
+            "); add a task's inputs first");
       task.level = std::max(task.level, tasks_[input].level + 1);
     }
     std::vector<TaskId> sorted = task.inputs;
     std::sort(sorted.begin(), sorted.end());
     if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
-      throw std::invalid_argument("Dag::add: task " + std::to_string(id) + " names input " + std::to_string(*twice) +
-                                  " twice; name each input once");
+      throw std::invalid_argument("Dag::add: task " + std::to_string(id) + " names input " +
+                                  std::to_string(*twice) + " twice; name each input once");
 
     // Everything that can throw happens before the first change: the room for the new entries is
     // made first, and the push_backs below it then cannot fail.

@@ -143,7 +143,8 @@ class Executor {
     if (first_error_) std::rethrow_exception(first_error_);
     if (not_started) std::rethrow_exception(not_started);
     result.tasks.resize(count);
-    for (TaskId task = 0; task < count; ++task) result.tasks[task] = {states_[task].ready, states_[task].seen};
+    for (TaskId task = 0; task < count; ++task)
+      result.tasks[task] = {states_[task].ready, states_[task].seen};
     return result;
   }
 
@@ -194,8 +195,8 @@ class Executor {
     const auto seen = Clock::now();
     if (!Stack::succeeded(status)) [[unlikely]] {
       try {
-        fail(std::make_exception_ptr(std::runtime_error("Executor: task " + std::to_string(task) +
-                                                        " completed with an error: " + Stack::describe(status))));
+        fail(std::make_exception_ptr(std::runtime_error(
+            "Executor: task " + std::to_string(task) + " completed with an error: " + Stack::describe(status))));
       } catch (...) {
         fail(std::current_exception());  // no memory to say so: the bad_alloc is the error
       }

@@ -39,7 +39,8 @@ class LimitStack : public CudaSteps {
   /// Creates `streams` streams (0: the graph's width) and an event for every task with
   /// successors, on kDevice. `kernel` and `dag` must outlive the stack, and the graph must not
   /// change. Throws CUDAError; what was created is destroyed.
-  LimitStack(const TaskKernel &kernel, const Dag &dag, std::size_t streams = 0) : CudaSteps(kernel), dag_(&dag) {
+  LimitStack(const TaskKernel &kernel, const Dag &dag, std::size_t streams = 0)
+      : CudaSteps(kernel), dag_(&dag) {
     streams_.resize(streams == 0 ? std::max<std::size_t>(1, dag.width()) : streams);
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());

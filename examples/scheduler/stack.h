@@ -58,8 +58,8 @@ struct CompletionCallbackArchetype {
 ///   said to be over (the limit stack synchronises the device there).
 /// Every other member may throw; the executor then counts the task as failed.
 template <class S>
-concept SchedulerStack = std::destructible<typename S::stream_lease> && std::default_initializable<typename S::event_type> &&
-    std::movable<typename S::event_type> &&
+concept SchedulerStack = std::destructible<typename S::stream_lease> &&
+    std::default_initializable<typename S::event_type> && std::movable<typename S::event_type> &&
     requires(S &stack, const typename S::stream_lease &stream, typename S::event_type &event, TaskId task,
              std::chrono::nanoseconds duration, const typename S::status_type &status,
              CompletionCallbackArchetype<typename S::status_type> done) {
@@ -68,10 +68,11 @@ concept SchedulerStack = std::destructible<typename S::stream_lease> && std::def
   stack.launch(stream, task, duration);
   { stack.get_event(task) } -> std::same_as<typename S::event_type>;
   stack.record(event, stream);
-  { stack.put_event(std::move(event)) } noexcept;
+  { stack.put_event(std::move(event)) }
+  noexcept;
   stack.notify(stream, done);
   stack.finish();
-  { static_cast<bool>(std::as_const(event)) };
+  static_cast<bool>(std::as_const(event));
   { S::succeeded(status) } -> std::convertible_to<bool>;
   { S::describe(status) } -> std::convertible_to<std::string>;
 };

@@ -158,12 +158,14 @@ class TaskKernel {
   /// The counters of a checked kernel, once its work is done (the caller synchronises). Throws
   /// std::logic_error for an unchecked kernel, CUDAError.
   Check read_check() const {
-    if (runs_ == nullptr) throw std::logic_error("TaskKernel::read_check: the kernel was made without a graph");
+    if (runs_ == nullptr)
+      throw std::logic_error("TaskKernel::read_check: the kernel was made without a graph");
     Check check;
     check.runs.resize(offsets_.size() - 1);
     throw_on(cudaMemcpy(check.runs.data(), runs_, check.runs.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost),
              "cudaMemcpy");
-    throw_on(cudaMemcpy(&check.violations, violations_, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    throw_on(cudaMemcpy(&check.violations, violations_, sizeof(std::uint32_t), cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
     return check;
   }
 
@@ -187,7 +189,8 @@ class TaskKernel {
       for (const TaskId input : dag.inputs(task)) inputs.push_back(input);
       offsets_.push_back(static_cast<std::uint32_t>(inputs.size()));
     }
-    throw_on(cudaMalloc(reinterpret_cast<void **>(&inputs_), std::max<std::size_t>(1, inputs.size()) * 4), "cudaMalloc");
+    throw_on(cudaMalloc(reinterpret_cast<void **>(&inputs_), std::max<std::size_t>(1, inputs.size()) * 4),
+             "cudaMalloc");
     throw_on(cudaMalloc(reinterpret_cast<void **>(&runs_), std::max<std::size_t>(1, dag.size()) * 4), "cudaMalloc");
     throw_on(cudaMalloc(reinterpret_cast<void **>(&violations_), 4), "cudaMalloc");
     throw_on(cudaMemcpy(inputs_, inputs.data(), inputs.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");

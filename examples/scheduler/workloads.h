@@ -77,13 +77,14 @@ struct MixedRandomOptions {
 /// positive or exceeds the longest, and for a max_inputs or window of 0.
 inline Dag mixed_random(const MixedRandomOptions &options = {}) {
   if (options.shortest.count() <= 0 || options.shortest > options.longest)
-    throw std::invalid_argument("mixed_random: durations from " + std::to_string(options.shortest.count()) + " to " +
-                                std::to_string(options.longest.count()) +
+    throw std::invalid_argument("mixed_random: durations from " + std::to_string(options.shortest.count()) +
+                                " to " + std::to_string(options.longest.count()) +
                                 " ns; the shortest must be positive and at most the longest");
   if (options.max_inputs == 0)
     throw std::invalid_argument("mixed_random: max_inputs is 0; every task after the first needs at least one");
   if (options.window == 0)
-    throw std::invalid_argument("mixed_random: window is 0; inputs are drawn from the window, so it must be at least 1");
+    throw std::invalid_argument(
+        "mixed_random: window is 0; inputs are drawn from the window, so it must be at least 1");
   std::mt19937_64 random(options.seed);
   std::uniform_real_distribution<double> log_duration(std::log(static_cast<double>(options.shortest.count())),
                                                       std::log(static_cast<double>(options.longest.count())));
@@ -93,7 +94,9 @@ inline Dag mixed_random(const MixedRandomOptions &options = {}) {
     const auto duration = std::chrono::nanoseconds(std::llround(std::exp(log_duration(random))));
     const std::size_t window = std::min(id, options.window);
     const std::size_t count =
-        window == 0 ? 0 : std::min(window, std::uniform_int_distribution<std::size_t>(1, options.max_inputs)(random));
+        window == 0
+            ? 0
+            : std::min(window, std::uniform_int_distribution<std::size_t>(1, options.max_inputs)(random));
     inputs.clear();
     std::uniform_int_distribution<std::size_t> back(1, window == 0 ? 1 : window);
     while (inputs.size() < count) {

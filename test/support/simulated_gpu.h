@@ -82,7 +82,8 @@ class SimulatedGpu {
   void wait(Token stream, Token event) {
     const std::lock_guard<std::mutex> lock(mutex_);
     Stream &own = stream_locked(stream);
-    if (const auto recorded = events_.find(event); recorded != events_.end()) push_locked(own, recorded->second);
+    if (const auto recorded = events_.find(event); recorded != events_.end())
+      push_locked(own, recorded->second);
   }
 
   /// Enqueues a completion mark; returns the handle the completion queue records on (see the top).
