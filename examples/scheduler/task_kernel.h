@@ -155,7 +155,8 @@ class TaskKernel {
 
   bool checked() const noexcept { return runs_ != nullptr; }
 
-  /// The counters of a checked kernel, once its work is done (the caller synchronises). Throws
+  /// The counters of a checked kernel, once its work is done (the caller synchronises: the tasks'
+  /// non-blocking streams do not order the copy on the legacy default stream after them). Throws
   /// std::logic_error for an unchecked kernel, CUDAError.
   Check read_check() const {
     if (runs_ == nullptr)
@@ -169,11 +170,15 @@ class TaskKernel {
     return check;
   }
 
-  /// Sets the counters of a checked kernel back to 0, for another run. Throws CUDAError.
+  /// Sets the counters of a checked kernel back to 0, for another run, and waits until that is
+  /// done. Throws CUDAError.
   void reset_check() {
     if (runs_ == nullptr) return;
     throw_on(cudaMemset(runs_, 0, (offsets_.size() - 1) * sizeof(std::uint32_t)), "cudaMemset");
     throw_on(cudaMemset(violations_, 0, sizeof(std::uint32_t)), "cudaMemset");
+    // cudaMemset and cudaMemcpy to the device may return before they are done, on the legacy
+    // default stream, which the tasks' non-blocking streams do not wait for.
+    throw_on(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
  private:
