@@ -34,11 +34,14 @@
 // each successor's inputs_left is acq_rel: release, so that the history of this input (its event
 // written) travels with the count; acquire, so that the callback that reaches zero has every
 // other input's history too before it pushes the successor. The ready queue's mutex carries it
-// on to the worker that pops the successor and reads the events. uses_left is acq_rel the other
-// way round: each successor's wait is enqueued before its release, and the last, which hands the
-// event to a pool that gives it to another task's record, acquires them all. remaining_ (tasks
-// not yet finished) is acq_rel as well: the callback that finishes the last task closes the queue,
-// and run() reads what every callback wrote (times, the first error) once the workers are joined.
+// on to the worker that pops the successor and reads the events. (The queue's mutex often orders
+// the two workers anyway; test/scheduler_test.cc holds the input's worker away from it, so that
+// the count alone must, and ThreadSanitizer sees the race if it is relaxed.) uses_left is acq_rel
+// the other way round: each successor's wait is enqueued before its release, and the last, which
+// hands the event to a pool that gives it to another task's record, acquires them all.
+// remaining_ (tasks not yet finished) is acq_rel as well: the callback that finishes the last task
+// closes the queue, and run() reads what every callback wrote (times, the first error) once the
+// workers are joined.
 // A callback counts its task in remaining_ only after it has pushed the successors it made ready,
 // so no push is still under way when the run ends (ready_queue.h relies on it).
 //

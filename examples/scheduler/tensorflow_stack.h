@@ -1,4 +1,4 @@
-// evpool example scheduler: TensorflowStack, the executor's plumbing as TensorFlow's pieces give it.
+// evpool example scheduler: TensorflowStack, the executor's plumbing from TensorFlow's pieces.
 //
 // Design rationale
 // ----------------

@@ -34,7 +34,8 @@ namespace evpool::example {
 /// `layers` layers of `width` tasks of `duration`. Task j of a layer after the first needs tasks
 /// j and j + 1 (modulo `width`) of the layer before: each task but the last layer's is the input
 /// of two tasks, and each but the first layer's has two inputs (one and one with a width of 1).
-/// Task j of layer l has id l * width + j. Throws std::invalid_argument for a width of 0 with layers to fill.
+/// Task j of layer l has id l * width + j. Throws std::invalid_argument for a width of 0 with
+/// layers to fill.
 inline Dag fan_out_fan_in(std::size_t layers, std::size_t width = 256,
                           std::chrono::nanoseconds duration = std::chrono::microseconds(2)) {
   if (width == 0 && layers > 0)
