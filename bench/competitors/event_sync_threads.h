@@ -19,8 +19,7 @@
 //   which dominates). The requester notifies after every push; the condition variable makes that
 //   a no-op unless the waiter sleeps.
 // - Events come from a free list per waiter, under the same mutex: the waiter puts an event back
-//   once its callback has run, the requester takes one (or creates one when the list is empty).
-//   Only the waiter's own requester and the waiter touch it.
+//   once its callback has run, a requester takes one (or creates one when the list is empty).
 // - Recording happens outside the lock, between taking the event and queueing it: the waiter
 //   must not wait behind a CUDA call of the requester.
 #pragma once
@@ -71,7 +70,10 @@ class EventSyncThreads {
 
   /// Runs `callback(status)` on waiter `waiter`'s thread once the work enqueued on `stream` so far
   /// is done; at once, on the caller's thread, with the error if the event cannot be created or
-  /// recorded. One requesting thread per waiter. Throws std::bad_alloc.
+  /// recorded. Thread-safe: any number of threads may ask one waiter (the example scheduler's
+  /// workers share a waiter per stream); the waiter then synchronises in the order the requests
+  /// were handed over, which may differ from their order on the stream, and each callback still
+  /// follows its own work. Throws std::bad_alloc.
   void notify(int waiter, cudaStream_t stream, callback_type callback) {
     Waiter &own = waiters_[static_cast<std::size_t>(waiter)];
     cudaEvent_t event = nullptr;

@@ -36,15 +36,26 @@ class RoundRobinStreams {
           backend_.destroy(stream);
   }
 
+  /// A stream of a device and its place among the device's kStreams: what a caller that keeps
+  /// something per stream (a waiter thread, for example) indexes it by.
+  struct Slot {
+    handle_type stream;
+    std::size_t index;
+  };
+
   /// The next stream of the device, shared with whoever else got it.
-  handle_type Get(int device) {
+  handle_type Get(int device) { return GetSlot(device).stream; }
+
+  /// The same, with its place.
+  Slot GetSlot(int device) {
     Device &own = devices_[static_cast<std::size_t>(device)];
     std::call_once(own.once, [&] {
       for (handle_type &stream : own.streams) stream = backend_.create(options_, device);
       own.created = true;
     });
     // Relaxed: only the spread matters, as in PyTorch's get_idx.
-    return own.streams[own.next.fetch_add(1, std::memory_order_relaxed) % kStreams];
+    const std::size_t index = own.next.fetch_add(1, std::memory_order_relaxed) % kStreams;
+    return {own.streams[index], index};
   }
 
  private:

@@ -1,0 +1,64 @@
+// evpool example scheduler: TensorflowStack, the executor's plumbing from TensorFlow's pieces.
+//
+// Design rationale
+// ----------------
+// - Streams and events: a std::mutex and a vector per device each (mutex_event_pool.h, over
+//   streams and over events). A stream goes back with its work pending and is handed out again at
+//   once, as from DALI's pool.
+// - Completions: TensorFlow's EventMgr (fifo_event_poller.h): one FIFO of recorded events under
+//   one mutex, swept whole by a polling thread that sleeps 10 us between sweeps, and a second
+//   thread that runs the callbacks. Its callbacks take no status: an event in error aborts the
+//   process, as TensorFlow's does, so the executor only ever hears of success.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "competitors/fifo_event_poller.h"
+#include "competitors/mutex_event_pool.h"
+#include "cuda_steps.h"
+#include "dag.h"
+#include "evpool/cuda_event.h"
+#include "evpool/cuda_event_backend.h"
+#include "evpool/cuda_stream_backend.h"
+#include "owned_stream_lease.h"
+#include "task_kernel.h"
+
+namespace evpool::example {
+
+class TensorflowStack : public CudaSteps {
+  using Streams = competitors::MutexEventPool<CUDAStreamBackend>;
+  using Events = competitors::MutexEventPool<CUDAEventBackend>;
+
+ public:
+  using stream_lease = OwnedStreamLease<Streams>;
+  using event_type = CUDAEvent;
+
+  /// Starts the poller's two threads on the caller's current device, which must be kDevice.
+  /// `kernel` must outlive the stack. Throws std::system_error if a thread cannot start,
+  /// CUDAError where CUDA has no device.
+  explicit TensorflowStack(const TaskKernel &kernel) : CudaSteps(kernel) {}
+
+  stream_lease lease_stream(TaskId) { return stream_lease(streams_, streams_.Get(kDevice)); }
+  event_type get_event(TaskId) { return events_.Get(kDevice); }
+  void put_event(event_type &&event) noexcept {
+    try {
+      events_.Put(std::move(event), kDevice);
+    } catch (...) {
+      // Refused (out of memory): `event` still owns the event, and destroys it.
+    }
+  }
+  template <class F>
+  void notify(const stream_lease &stream, F &&done) {
+    poller_.ThenExecute(stream, [done = std::forward<F>(done)]() mutable { done(cudaSuccess); });
+  }
+  void finish() {}
+
+ private:
+  Streams streams_;
+  Events events_;
+  competitors::FifoEventPoller poller_;  // last: stops first, after its requests
+};
+
+}  // namespace evpool::example

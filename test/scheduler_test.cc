@@ -1,0 +1,467 @@
+// The example scheduler's executor (examples/scheduler/executor.h) on a simulated GPU
+// (support/simulated_gpu.h), over two host stacks that stand for the two ways a stack can be:
+// - evpool's, on the host seams: streams leased from a BasicHandlePool of HostStreamBackend,
+//   events from one of HostBackend, completions from a BasicCompletionQueue over
+//   HostCompletionBackend, whose requests complete when the simulated device reaches them. The
+//   graph moves on real completions;
+// - the limit's: a stream per slot and an event per task made beforehand, every callback at once,
+//   one synchronize at the end. The graph moves as soon as work is enqueued, and only the waits
+//   order the device.
+// For each, on each workload and 1 or 4 workers: every kernel runs once, after its inputs' kernels
+// (what the device sees); every task is made ready only after its inputs' completions were seen
+// (what the executor's times say); and nothing leaks: every stream and event is back in its pool,
+// no request finished before its work, and the backends destroy all they created. Then failures: a
+// launch that throws and a kernel that fails end the run with that error, launch nothing that
+// depends on the failed task, and still leak nothing; and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "evpool/basic_completion_queue.h"
+#include "evpool/basic_handle_pool.h"
+#include "evpool/host_backend.h"
+#include "evpool/pool_policy.h"
+#include "scheduler/dag.h"
+#include "scheduler/executor.h"
+#include "scheduler/workloads.h"
+#include "support/counting_stack.h"
+#include "support/host_completion_backend.h"
+#include "support/host_stream_backend.h"
+#include "support/simulated_gpu.h"
+
+namespace evpool {
+namespace {
+
+using example::Dag;
+using example::Executor;
+using example::RunResult;
+using example::TaskId;
+using test::SimulatedGpu;
+using namespace std::chrono_literals;
+
+using StreamPool = BasicHandlePool<test::HostStreamBackend, StreamPoolPolicy>;
+using EventPool = test::HostCompletionBackend::pool_type;
+
+// What both host stacks share: the simulated device, and a launch that a test can make throw.
+class SimulatedSteps {
+ public:
+  using status_type = int;
+  static bool succeeded(int status) noexcept { return status == 0; }
+  static std::string describe(int status) { return "host status " + std::to_string(status); }
+
+  explicit SimulatedSteps(SimulatedGpu &gpu) : gpu_(gpu) {}
+  /// launch() of `task` throws from now on (of none: nothing).
+  void refuse_launch_of(std::optional<TaskId> task) { refused_ = task; }
+
+  void launch(SimulatedGpu::Token stream, TaskId task, std::chrono::nanoseconds /*duration*/) {
+    if (refused_ == task) throw std::runtime_error("launch of task " + std::to_string(task) + " refused");
+    gpu_.launch(stream, task);
+  }
+
+ protected:
+  SimulatedGpu &gpu_;
+  std::optional<TaskId> refused_;
+};
+
+// evpool on the host seams: the same shape as examples/scheduler/evpool_stack.h.
+class HostEvpoolStack : public SimulatedSteps {
+ public:
+  using stream_lease = StreamPool::unique_lease;
+  using event_type = HostBackend::Event;
+
+  HostEvpoolStack(SimulatedGpu &gpu, StreamPool &streams, EventPool &events, test::HostCompletionBackend backend)
+      : SimulatedSteps(gpu), streams_(streams), events_(events), queue_(std::move(backend)) {}
+
+  stream_lease lease_stream(TaskId) { return streams_.Lease(0); }
+  void wait(const stream_lease &stream, const event_type &event) { gpu_.wait(stream.get(), event.get()); }
+  void launch(const stream_lease &stream, TaskId task, std::chrono::nanoseconds duration) {
+    SimulatedSteps::launch(stream.get(), task, duration);
+  }
+  event_type get_event(TaskId) { return events_.Get(0); }
+  void record(event_type &event, const stream_lease &stream) { gpu_.record(event.get(), stream.get()); }
+  void put_event(event_type &&event) noexcept {
+    try {
+      events_.Put(std::move(event));
+    } catch (...) {
+      // The pool refused it (out of memory): `event` still owns it, and destroys it.
+    }
+  }
+  template <class F>
+  void notify(const stream_lease &stream, F &&done) {
+    (void)queue_.notify(&gpu_.mark(stream.get()), std::forward<F>(done));
+  }
+  void finish() {}
+
+ private:
+  StreamPool &streams_;
+  EventPool &events_;
+  BasicCompletionQueue<test::HostCompletionBackend> queue_;  // last: its destructor drains first
+};
+
+// The limit on the host: everything made beforehand, callbacks at once, the waits alone order.
+class HostLimitStack : public SimulatedSteps {
+ public:
+  using stream_lease = SimulatedGpu::Token;
+  using event_type = SimulatedGpu::Token;  // the task's id + 1: 0 is empty
+
+  HostLimitStack(SimulatedGpu &gpu, const Dag &dag)
+      : SimulatedSteps(gpu), dag_(dag), streams_(std::max<std::size_t>(1, dag.width())) {}
+
+  stream_lease lease_stream(TaskId task) { return dag_.slot(task) % streams_ + 1; }
+  void wait(stream_lease stream, event_type event) { gpu_.wait(stream, event); }
+  void launch(stream_lease stream, TaskId task, std::chrono::nanoseconds duration) {
+    SimulatedSteps::launch(stream, task, duration);
+  }
+  event_type get_event(TaskId task) { return task + std::uint64_t{1}; }
+  void record(event_type event, stream_lease stream) { gpu_.record(event, stream); }
+  void put_event(event_type &&) noexcept {}
+  template <class F>
+  void notify(stream_lease, F &&done) {
+    done(0);
+  }
+  void finish() {
+    if (const int status = gpu_.synchronize(); status != 0)
+      throw std::runtime_error("synchronize: " + describe(status));
+  }
+
+ private:
+  const Dag &dag_;
+  const std::size_t streams_;
+};
+
+static_assert(example::SchedulerStack<HostEvpoolStack> && example::SchedulerStack<HostLimitStack>);
+
+// What the device saw: each kernel's runs, and kernels that ran before one of their inputs had.
+struct DeviceLog {
+  explicit DeviceLog(const Dag &dag) : dag(dag), runs(dag.size(), 0) {}
+
+  // The simulated kernel (on the device thread, under its lock).
+  int run(TaskId task) {
+    for (const TaskId input : dag.inputs(task))
+      if (runs[input] == 0 && early++ == 0)
+        first_early = "task " + std::to_string(task) + " ran before its input " + std::to_string(input);
+    ++runs[task];
+    return failing == task ? kFailure : 0;
+  }
+
+  static constexpr int kFailure = 7;
+  const Dag &dag;
+  std::vector<int> runs;
+  std::size_t early = 0;
+  std::string first_early;
+  std::optional<TaskId> failing;  // set before the run
+};
+
+// Every task ran once, after its inputs on the device, and was made ready after its inputs'
+// completions were seen.
+void expect_every_task_once_after_its_inputs(const Dag &dag, const DeviceLog &log, const RunResult &result) {
+  EXPECT_EQ(log.early, 0u) << log.first_early;
+  std::size_t not_once = 0, ready_early = 0;
+  std::string first;
+  for (TaskId task = 0; task < dag.size(); ++task) {
+    if (log.runs[task] != 1 && not_once++ == 0)
+      first += "task " + std::to_string(task) + " ran " + std::to_string(log.runs[task]) + " times; ";
+    for (const TaskId input : dag.inputs(task))
+      if (result.tasks[task].ready < result.tasks[input].seen && ready_early++ == 0)
+        first += "task " + std::to_string(task) + " was ready at " +
+                 std::to_string(result.tasks[task].ready.count()) + " ns, before its input " +
+                 std::to_string(input) + "'s completion was seen at " +
+                 std::to_string(result.tasks[input].seen.count()) + " ns; ";
+  }
+  EXPECT_EQ(not_once, 0u) << first;
+  EXPECT_EQ(ready_early, 0u) << first;
+}
+
+// The executor handed back every lease and event it took, and heard each completion it asked for,
+// one a task, once.
+template <class Counted>
+void expect_balanced(const Counted &counted, std::size_t tasks) {
+  const auto &counts = counted.counts();
+  EXPECT_EQ(counts.leases.load(), counts.leases_ended.load()) << "stream leases not ended";
+  EXPECT_EQ(counts.events.load(), counts.events_back.load()) << "events not handed back";
+  EXPECT_EQ(counts.notifies.load(), tasks);
+  EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
+}
+
+// The tasks that need `task`, directly or not.
+std::vector<bool> descendants(const Dag &dag, TaskId task) {
+  std::vector<bool> below(dag.size(), false);
+  for (TaskId later = task + 1; later < dag.size(); ++later)
+    for (const TaskId input : dag.inputs(later))
+      if (input == task || below[input]) below[later] = true;
+  return below;
+}
+
+struct Workload {
+  const char *name;
+  Dag (*make)();
+};
+
+void PrintTo(const Workload &workload, std::ostream *out) { *out << workload.name; }
+
+const Workload kWorkloads[] = {
+    {"FanOutFanIn", [] { return example::fan_out_fan_in(6, 16); }},
+    {"MixedRandom",
+     [] {
+       example::MixedRandomOptions options;
+       options.tasks = 300;
+       options.window = 24;
+       return example::mixed_random(options);
+     }},
+    {"IndependentChains", [] { return example::independent_chains(4, 25); }},
+};
+
+// Everything a run on the evpool host stack needs, declared in the order it must be destroyed in
+// reverse: the queue (in the stack) drains while the device still runs, and the pools outlive both.
+struct EvpoolBench {
+  explicit EvpoolBench(const Dag &dag) : log(dag) {}
+
+  // The stack's queue must be gone: every stream and event is back, none early.
+  void expect_all_back() {
+    EXPECT_EQ(streams->stats().total().outstanding, 0) << "streams not handed back";
+    EXPECT_EQ(events->stats().total().outstanding, 0) << "events not handed back";
+    EXPECT_EQ(completions.early_finishes(), 0u) << completions.first_early_finish();
+    EXPECT_EQ(gpu.pending(), 0u);
+  }
+
+  test::HostStreamBackend stream_backend{1};
+  HostBackend event_backend{1};
+  std::optional<StreamPool> streams{std::in_place, stream_backend};
+  std::optional<EventPool> events{std::in_place, event_backend};
+  test::HostCompletionBackend completions{*events};
+  DeviceLog log;
+  SimulatedGpu gpu{[this](std::uint32_t task) { return log.run(task); }};
+};
+
+// The backends destroyed all they created once the pools are gone.
+void expect_backends_even(EvpoolBench &bench) {
+  bench.streams.reset();
+  bench.events.reset();
+  EXPECT_EQ(bench.stream_backend.created(), bench.stream_backend.destroyed());
+  EXPECT_EQ(bench.event_backend.created(), bench.event_backend.destroyed());
+}
+
+class ExecutorOnSimulatedGpu : public testing::TestWithParam<std::tuple<Workload, int>> {};
+
+TEST_P(ExecutorOnSimulatedGpu, EvpoolStackRunsEveryTaskOnceAfterItsInputsAndLeaksNothing) {
+  const auto &[workload, workers] = GetParam();
+  const Dag dag = workload.make();
+  EvpoolBench bench(dag);
+  {
+    HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
+    test::CountingStack<HostEvpoolStack> counted(stack);
+    Executor<test::CountingStack<HostEvpoolStack>> executor(counted, dag);
+    const RunResult result = executor.run(workers);
+    bench.gpu.synchronize();
+    expect_every_task_once_after_its_inputs(dag, bench.log, result);
+    expect_balanced(counted, dag.size());
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
+TEST_P(ExecutorOnSimulatedGpu, LimitStackRunsEveryTaskOnceAfterItsInputsThroughTheWaitsAlone) {
+  const auto &[workload, workers] = GetParam();
+  const Dag dag = workload.make();
+  DeviceLog log(dag);
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack stack(gpu, dag);
+  test::CountingStack<HostLimitStack> counted(stack);
+  Executor<test::CountingStack<HostLimitStack>> executor(counted, dag);
+  const RunResult result = executor.run(workers);
+  EXPECT_EQ(gpu.pending(), 0u) << "finish() returned before the device was done";
+  expect_every_task_once_after_its_inputs(dag, log, result);
+  expect_balanced(counted, dag.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, ExecutorOnSimulatedGpu,
+                         testing::Combine(testing::ValuesIn(kWorkloads), testing::Values(1, 4)),
+                         [](const testing::TestParamInfo<ExecutorOnSimulatedGpu::ParamType> &info) {
+                           return std::string(std::get<0>(info.param).name) + "With" +
+                                  std::to_string(std::get<1>(info.param)) + "Workers";
+                         });
+
+TEST(ExecutorFailures, ALaunchThatThrowsEndsTheRunWithItsErrorLaunchesNothingAfterItAndLeaksNothing) {
+  const Dag dag = example::fan_out_fan_in(6, 16);
+  constexpr TaskId kRefused = 40;  // layer 2
+  const std::vector<bool> after = descendants(dag, kRefused);
+  EvpoolBench bench(dag);
+  {
+    HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
+    stack.refuse_launch_of(kRefused);
+    Executor<HostEvpoolStack> executor(stack, dag);
+    try {
+      executor.run(4);
+      ADD_FAILURE() << "run() returned after a launch threw";
+    } catch (const std::runtime_error &error) {
+      EXPECT_STREQ(error.what(), "launch of task 40 refused");
+    }
+    bench.gpu.synchronize();
+    EXPECT_EQ(bench.log.runs[kRefused], 0);
+    for (TaskId task = 0; task < dag.size(); ++task) {
+      EXPECT_LE(bench.log.runs[task], 1) << "task " << task;
+      if (after[task]) {
+        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
+      }
+    }
+    EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
+
+    // The executor and the stack are as good as new.
+    stack.refuse_launch_of(std::nullopt);
+    bench.log.runs.assign(dag.size(), 0);
+    const RunResult result = executor.run(4);
+    bench.gpu.synchronize();
+    expect_every_task_once_after_its_inputs(dag, bench.log, result);
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
+TEST(ExecutorFailures, AKernelThatFailsEndsTheRunWithItsStatusLaunchesNothingAfterItAndLeaksNothing) {
+  const Dag dag = example::fan_out_fan_in(6, 16);
+  constexpr TaskId kFailing = 40;
+  const std::vector<bool> after = descendants(dag, kFailing);
+  EvpoolBench bench(dag);
+  bench.log.failing = kFailing;
+  {
+    HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
+    Executor<HostEvpoolStack> executor(stack, dag);
+    try {
+      executor.run(4);
+      ADD_FAILURE() << "run() returned after a kernel failed";
+    } catch (const std::runtime_error &error) {
+      // The failure is the stream's from then on: the first completion to report it may be of a
+      // later task on the same stream.
+      EXPECT_NE(std::string(error.what()).find("completed with an error: host status 7"), std::string::npos)
+          << error.what();
+    }
+    bench.gpu.synchronize();
+    EXPECT_EQ(bench.log.runs[kFailing], 1);
+    for (TaskId task = 0; task < dag.size(); ++task)
+      if (after[task]) {
+        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the failed one";
+      }
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
+TEST(ExecutorFailures, TheLimitStackReportsAFailedKernelAtItsSynchronize) {
+  const Dag dag = example::independent_chains(2, 10);
+  DeviceLog log(dag);
+  log.failing = 5;
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack stack(gpu, dag);
+  Executor<HostLimitStack> executor(stack, dag);
+  try {
+    executor.run(2);
+    ADD_FAILURE() << "run() returned after a kernel failed";
+  } catch (const std::runtime_error &error) {
+    EXPECT_STREQ(error.what(), "synchronize: host status 7");
+  }
+}
+
+// A stack that runs each callback on a thread of its own, and holds the worker that notified
+// inside notify() until the graph's last task is launched: so the worker that wrote an input's
+// event touches nothing shared again before the successor's worker reads it, and only the
+// callbacks' count of inputs_left can order the two (executor.h, memory orders). Under
+// ThreadSanitizer, a count without acquire and release shows as a race on the event.
+class ThreadPerCallbackStack {
+ public:
+  using stream_lease = int;
+  using event_type = std::uint64_t;
+  using status_type = int;
+  static bool succeeded(int status) noexcept { return status == 0; }
+  static std::string describe(int status) { return std::to_string(status); }
+
+  explicit ThreadPerCallbackStack(const Dag &dag)
+      : last_(static_cast<TaskId>(dag.size() - 1)), threads_(dag.size()) {}
+  ~ThreadPerCallbackStack() {
+    for (std::thread &thread : threads_)
+      if (thread.joinable()) thread.join();
+  }
+
+  stream_lease lease_stream(TaskId) { return 0; }
+  void wait(int, std::uint64_t) {}
+  void launch(int, TaskId task, std::chrono::nanoseconds) {
+    launching = task;
+    // Relaxed, as every access of it: a flag that must not order anything (see above).
+    if (task == last_) last_launched_.store(true, std::memory_order_relaxed);
+  }
+  event_type get_event(TaskId task) { return task + std::uint64_t{1}; }
+  void record(event_type &, int) {}
+  void put_event(event_type &&) noexcept {}
+  template <class F>
+  void notify(int, F &&done) {
+    threads_[launching] = std::thread([done = std::forward<F>(done)]() mutable { done(0); });
+    while (!last_launched_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void finish() {}
+
+ private:
+  static inline thread_local TaskId launching = 0;  // from launch() to notify(), on one worker
+  const TaskId last_;
+  std::vector<std::thread> threads_;  // by task: each written by the one worker that runs it
+  std::atomic<bool> last_launched_{false};
+};
+
+TEST(ExecutorMemoryOrder, TheLastInputsCallbackCarriesTheOtherInputsEventsToTheSuccessor) {
+  Dag dag;
+  dag.add(1us);
+  dag.add(1us);
+  dag.add(1us, {0, 1});
+  ThreadPerCallbackStack stack(dag);
+  Executor<ThreadPerCallbackStack> executor(stack, dag);
+  // Three workers: the two that run the inputs are held in notify() until the third launches the
+  // successor.
+  const RunResult result = executor.run(3);
+  EXPECT_LE(result.tasks[0].seen, result.tasks[2].ready);
+  EXPECT_LE(result.tasks[1].seen, result.tasks[2].ready);
+}
+
+TEST(ExecutorInput, FewerThanOneWorkerIsRefusedBeforeAnythingRuns) {
+  const Dag dag = example::independent_chains(2, 3);
+  DeviceLog log(dag);
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack stack(gpu, dag);
+  Executor<HostLimitStack> executor(stack, dag);
+  for (const int workers : {0, -3}) {
+    try {
+      executor.run(workers);
+      ADD_FAILURE() << "run(" << workers << ") returned";
+    } catch (const std::invalid_argument &error) {
+      EXPECT_EQ(std::string(error.what()),
+                "Executor::run: workers is " + std::to_string(workers) + "; it must be at least 1");
+    }
+  }
+  EXPECT_EQ(gpu.pending(), 0u);
+  EXPECT_EQ(gpu.streams(), 0u) << "something was enqueued";
+  const RunResult result = executor.run(2);
+  expect_every_task_once_after_its_inputs(dag, log, result);
+}
+
+TEST(ExecutorInput, AnEmptyGraphRunsAtOnce) {
+  const Dag dag;
+  DeviceLog log(dag);
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack stack(gpu, dag);
+  Executor<HostLimitStack> executor(stack, dag);
+  EXPECT_TRUE(executor.run(3).tasks.empty());
+}
+
+}  // namespace
+}  // namespace evpool
