@@ -27,9 +27,11 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -90,6 +92,7 @@ class EventSyncThreads {
         callback(created);
         return;
       }
+      events_created_.fetch_add(1, std::memory_order_relaxed);
     }
     if (const cudaError_t recorded = cudaEventRecord(event, stream); recorded != cudaSuccess) {
       give_back(own, event);
@@ -102,6 +105,9 @@ class EventSyncThreads {
     }
     own.wakeup.notify_one();
   }
+
+  /// Events the waiters have created, for a benchmark's report. Thread-safe.
+  std::uint64_t events_created() const noexcept { return events_created_.load(std::memory_order_relaxed); }
 
   /// CPU time all waiter threads have used together. Thread-safe.
   std::chrono::nanoseconds cpu_time() const noexcept {
@@ -163,6 +169,7 @@ class EventSyncThreads {
   }
 
   std::vector<Waiter> waiters_;
+  std::atomic<std::uint64_t> events_created_{0};  // a tally only: relaxed
 };
 
 }  // namespace evpool::competitors

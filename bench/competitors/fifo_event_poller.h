@@ -130,6 +130,7 @@ class FifoEventPoller {
         cudaEvent_t created = nullptr;
         fatal_unless(cudaEventCreateWithFlags(&created, cudaEventDisableTiming), "cudaEventCreateWithFlags");
         free_events_.push_back(created);
+        events_created_.fetch_add(1, std::memory_order_relaxed);
       }
       cudaEvent_t event = free_events_.back();
       free_events_.pop_back();
@@ -144,6 +145,9 @@ class FifoEventPoller {
 
   /// Event queries so far, by the polling thread and by ThenExecute together. Thread-safe.
   std::uint64_t queries() const noexcept { return queries_.load(std::memory_order_relaxed); }
+
+  /// Events the poller has created, for a benchmark's report. Thread-safe.
+  std::uint64_t events_created() const noexcept { return events_created_.load(std::memory_order_relaxed); }
 
   /// CPU time of the polling thread and the callback thread together: both are the mechanism's
   /// (evpool runs its callbacks on its poller). Thread-safe.
@@ -287,6 +291,7 @@ class FifoEventPoller {
   std::deque<InUse> used_events_;         // under `mutex_`
   bool stopping_ = false;                 // under `mutex_`
   std::atomic<std::uint64_t> queries_{0};
+  std::atomic<std::uint64_t> events_created_{0};  // a tally only: relaxed
 
   std::mutex callback_mutex_;
   std::condition_variable callback_wakeup_;

@@ -2,7 +2,9 @@
 // PyTorch's CUDA event pool. Private; benchmarks and differential tests only.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -38,7 +40,9 @@ class MutexEventPool {
         return backend_.adopt(handle, device);
       }
     }
-    return backend_.adopt(backend_.create(options_, device), device);
+    owner_type made = backend_.adopt(backend_.create(options_, device), device);
+    created_.fetch_add(1, std::memory_order_relaxed);
+    return made;
   }
 
   void Put(owner_type &&event, int device) {
@@ -46,6 +50,9 @@ class MutexEventPool {
     std::lock_guard<std::mutex> lock(list.mutex);
     list.idle.push_back(event.release());  // a bad_alloc here leaves the event with the caller
   }
+
+  /// Events the pool has created, for a benchmark's report.
+  std::uint64_t created() const noexcept { return created_.load(std::memory_order_relaxed); }
 
   void Purge() {
     for (int device = 0; device < device_count_; ++device) {
@@ -66,6 +73,7 @@ class MutexEventPool {
   typename Backend::options_type options_;
   std::unique_ptr<detail::CacheLinePadded<DeviceList>[]> devices_;
   int device_count_;
+  std::atomic<std::uint64_t> created_{0};  // a tally only: relaxed
 };
 
 }  // namespace evpool::competitors

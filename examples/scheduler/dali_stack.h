@@ -23,6 +23,7 @@
 #include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_stream_backend.h"
 #include "owned_stream_lease.h"
+#include "stack.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -52,6 +53,7 @@ class DaliStack : public CudaSteps {
     completions_.notify(stream, std::forward<F>(done));
   }
   void finish() {}
+  Created created() const noexcept { return {streams_.created(), events_.created()}; }
 
  private:
   Streams streams_;

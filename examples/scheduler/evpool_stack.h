@@ -25,6 +25,7 @@
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_pool.h"
+#include "stack.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -54,6 +55,11 @@ class EvpoolStack : public CudaSteps {
     (void)completions_.notify(stream, std::forward<F>(done));  // the callback alone tells
   }
   void finish() {}
+  /// What the pools created, the queue's events included: the pools' figures, whoever else uses
+  /// them.
+  Created created() const {
+    return {streams_->stats().total().created, events_->stats().total().created};
+  }
 
  private:
   CUDAStreamPool *streams_;

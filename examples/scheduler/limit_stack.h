@@ -27,6 +27,7 @@
 #include "dag.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_stream.h"
+#include "stack.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -58,7 +59,11 @@ class LimitStack : public CudaSteps {
   /// The one synchronisation, for all the work of the run.
   void finish() { throw_on(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
-  std::size_t streams() const noexcept { return streams_.size(); }
+  Created created() const noexcept {
+    Created made{streams_.size(), 0};
+    for (const CUDAEvent &event : events_) made.events += static_cast<bool>(event);
+    return made;
+  }
 
  private:
   const Dag *dag_;

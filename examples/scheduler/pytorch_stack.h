@@ -25,6 +25,7 @@
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_stream_backend.h"
+#include "stack.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -63,6 +64,8 @@ class PytorchStack : public CudaSteps {
     waiters_.notify(static_cast<int>(stream.index), stream.stream, std::forward<F>(done));
   }
   void finish() {}
+  /// The round-robin streams are created at the first lease, all at once.
+  Created created() const noexcept { return {kStreams, events_.created() + waiters_.events_created()}; }
 
  private:
   competitors::RoundRobinStreams<CUDAStreamBackend, kStreams> streams_;

@@ -33,12 +33,20 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <string>
 #include <utility>
 
 #include "dag.h"
 
 namespace evpool::example {
+
+/// What a stack has created so far (CUDA stacks: driver streams and events, those of its
+/// completion mechanism included), for the benchmark's report. Not part of the concept.
+struct Created {
+  std::uint64_t streams = 0;
+  std::uint64_t events = 0;
+};
 
 /// A completion callback of the stack's status type, to state the concept with.
 template <class Status>

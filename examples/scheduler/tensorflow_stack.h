@@ -23,6 +23,7 @@
 #include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_stream_backend.h"
 #include "owned_stream_lease.h"
+#include "stack.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -54,6 +55,9 @@ class TensorflowStack : public CudaSteps {
     poller_.ThenExecute(stream, [done = std::forward<F>(done)]() mutable { done(cudaSuccess); });
   }
   void finish() {}
+  Created created() const noexcept {
+    return {streams_.created(), events_.created() + poller_.events_created()};
+  }
 
  private:
   Streams streams_;
