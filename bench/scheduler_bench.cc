@@ -254,7 +254,8 @@ Contender make_contender(const std::string &name, const TaskKernel &kernel, cons
   if (name == "evpool") return make_stack_contender<example::EvpoolStack>(name, kernel, dag, threads, true);
   if (name == "dali") return make_stack_contender<example::DaliStack>(name, kernel, dag, threads, true);
   if (name == "pytorch") return make_stack_contender<example::PytorchStack>(name, kernel, dag, threads, true);
-  if (name == "tensorflow") return make_stack_contender<example::TensorflowStack>(name, kernel, dag, threads, true);
+  if (name == "tensorflow")
+    return make_stack_contender<example::TensorflowStack>(name, kernel, dag, threads, true);
   if (name == "limit") return make_stack_contender<example::LimitStack>(name, kernel, dag, threads, false);
   return make_graph_contender(kernel, dag);
 }
@@ -283,14 +284,13 @@ void report(const std::string &workload, int threads, std::size_t tasks, const C
     runs += (runs.empty() ? "" : "/") + figure(run.tasks_per_s, "%.0f");
   }
   const std::optional<example::Created> created = contender.created();
-  std::printf(
-      "scheduler workload=%s threads=%d stack=%s tasks=%zu tasks_per_s=%.0f runs=%s p50_us=%s p99_us=%s cores=%.2f "
-      "streams_created=%s events_created=%s\n",
-      workload.c_str(), threads, contender.name.c_str(), tasks, median(rates), runs.c_str(),
-      figure(median_of(contender.runs, &Run::p50_us), "%.1f").c_str(),
-      figure(median_of(contender.runs, &Run::p99_us), "%.1f").c_str(), median(cores),
-      created ? std::to_string(created->streams).c_str() : "na",
-      created ? std::to_string(created->events).c_str() : "na");
+  std::printf("scheduler workload=%s threads=%d stack=%s tasks=%zu tasks_per_s=%.0f runs=%s p50_us=%s p99_us=%s cores=%.2f "
+              "streams_created=%s events_created=%s\n",
+              workload.c_str(), threads, contender.name.c_str(), tasks, median(rates), runs.c_str(),
+              figure(median_of(contender.runs, &Run::p50_us), "%.1f").c_str(),
+              figure(median_of(contender.runs, &Run::p99_us), "%.1f").c_str(), median(cores),
+              created ? std::to_string(created->streams).c_str() : "na",
+              created ? std::to_string(created->events).c_str() : "na");
   std::fflush(stdout);
 }
 

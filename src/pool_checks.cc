@@ -2,7 +2,6 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <elf.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -58,18 +57,19 @@ std::string describe_stack(void *const *frames, int depth, const char *indent) {
     const auto address = reinterpret_cast<std::uintptr_t>(frames[frame]);
     text += indent + ("#" + std::to_string(frame) + " ");
     Dl_info info{};
-    if (::dladdr(frames[frame], &info) == 0 || info.dli_fbase == nullptr) {
+    link_map *map = nullptr;
+    if (::dladdr1(frames[frame], &info, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) {
       text += hex(address) + " (in no object file loaded)\n";
       continue;
     }
     // The main program's name may be empty, or relative to a directory since left.
     const std::string object =
         info.dli_fname != nullptr && info.dli_fname[0] == '/' ? info.dli_fname : this_program();
-    // A position-independent object (ET_DYN: shared libraries, PIE programs) is known to addr2line
-    // by offsets from its load address; a fixed one by the addresses themselves.
-    const auto base = reinterpret_cast<std::uintptr_t>(info.dli_fbase);
-    const bool relocatable = reinterpret_cast<const ElfW(Ehdr) *>(info.dli_fbase)->e_type == ET_DYN;
-    const std::uintptr_t offset = relocatable ? address - base : address;
+    // addr2line knows an object by the addresses it was linked at: the running address less the
+    // object's load bias (l_addr, 0 for a program linked at a fixed address). Not less the
+    // address of its ELF header (dli_fbase): the two differ for an object whose first segment is
+    // not linked at 0 (lld's image base, prelinked libraries).
+    const std::uintptr_t offset = address - static_cast<std::uintptr_t>(map->l_addr);
     if (info.dli_sname != nullptr)
       text += demangled(info.dli_sname) + " + " +
               hex(address - reinterpret_cast<std::uintptr_t>(info.dli_saddr)) + " ";

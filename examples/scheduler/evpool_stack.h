@@ -57,9 +57,7 @@ class EvpoolStack : public CudaSteps {
   void finish() {}
   /// What the pools created, the queue's events included: the pools' figures, whoever else uses
   /// them.
-  Created created() const {
-    return {streams_->stats().total().created, events_->stats().total().created};
-  }
+  Created created() const { return {streams_->stats().total().created, events_->stats().total().created}; }
 
  private:
   CUDAStreamPool *streams_;

@@ -18,6 +18,7 @@ struct EVPOOL_API CUDAEventBackend {
   using options_type = unsigned;  // cudaEventCreateWithFlags' flags
   using owner_type = CUDAEvent;
   static constexpr unsigned kDefaultOptions = cudaEventDisableTiming;
+  static constexpr const char *kHandleNoun = "event";  // in the pool's error messages
 
   /// std::invalid_argument for flags CUDA would reject.
   void validate_options(unsigned flags) const;

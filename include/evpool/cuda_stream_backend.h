@@ -51,6 +51,7 @@ struct EVPOOL_API CUDAStreamBackend {
   using owner_type = CUDAStream;
   using options_type = StreamOptions;
   static constexpr StreamOptions kDefaultOptions{};
+  static constexpr const char *kHandleNoun = "stream";  // in the pool's error messages
 
   /// std::invalid_argument, naming the value, for flags other than cudaStreamDefault and
   /// cudaStreamNonBlocking, or a priority outside the current device's range; CUDAError if CUDA

@@ -35,7 +35,9 @@ namespace evpool {
 /// - `device_count()` and `current_device()` (of the calling thread).
 /// Backends are copyable; copies refer to the same underlying source of handles.
 ///
-/// Two members are optional, and a pool uses them only where the backend has them:
+/// Three members are optional, and a pool uses them only where the backend has them:
+/// - `kHandleNoun`: what the pool's error messages call a handle ("event", "stream"; without it,
+///   "handle"), a `static constexpr const char *`;
 /// - `has_pending_work(handle)`: true while work enqueued on the handle has not completed (CUDA
 ///   streams). A pool never hands such a handle out (BusyHandleBackend below);
 /// - `query_device(handle)`: the device of a handle adopted without one, asked of the handle

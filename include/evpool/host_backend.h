@@ -46,6 +46,7 @@ class EVPOOL_API HostBackend {
   using handle_type = std::uint64_t;
   using options_type = unsigned;
   static constexpr unsigned kDefaultOptions = 0;
+  static constexpr const char *kHandleNoun = "event";  // what its tokens stand for
   static constexpr int kMaxDevices = 1 << 15;
 
   /// The move-only owner of one token; destroys it through its backend when it dies. The backend

@@ -19,6 +19,7 @@ class HostStreamBackend : public HostBackend {
  public:
   /// Tokens with a serial below this can be made busy; later ones are always idle.
   static constexpr std::uint64_t kTrackedSerials = std::uint64_t{1} << 20;
+  static constexpr const char *kHandleNoun = "stream";  // in the pool's error messages
 
   /// What the work's durations count: every query of any token (the pool's asking is the clock),
   /// or ticks the test gives with advance() (time passes whether or not the pool asks).

@@ -273,7 +273,7 @@ class Depot {
     stripe = found.stripe;
     if (found.index == kNilIndex || !arena[found.index].empty()) [[likely]]
       return found.index;
-    Policy::report_corruption("evpool: a magazine on the filled stack holds no event: the depot is corrupt");
+    Policy::report_corruption("evpool: a magazine on the filled stack holds no handle: the depot is corrupt");
     return kNilIndex;
   }
 

@@ -47,6 +47,7 @@
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_ordinal.h"
 #include "evpool/detail/handle_checker.h"
+#include "evpool/detail/handle_noun.h"
 #include "evpool/detail/magazine_slot.h"
 #include "evpool/detail/node_arena.h"
 #include "evpool/detail/retired_handles.h"
@@ -84,8 +85,8 @@ class DeviceDepots {
       throw std::invalid_argument("evpool: the backend reports " + std::to_string(device_count_) +
                                   " devices; a pool needs at least one");
     if (max_idle_ == 0)
-      throw std::invalid_argument("evpool: an idle limit of 0 would destroy every event put back; "
-                                  "use kUnlimitedIdle for no limit");
+      throw std::invalid_argument(std::string("evpool: an idle limit of 0 would destroy every ") +
+                                  handle_noun<Backend>() + " put back; use kUnlimitedIdle for no limit");
     if (max_kept_ == 0)
       throw std::invalid_argument("evpool: a cap of 0 per device would let Get create nothing; "
                                   "use kUnlimitedKept for no cap");
@@ -98,7 +99,7 @@ class DeviceDepots {
     if constexpr (kCountCalls)
       counts_ = std::make_unique<SharedCallCounts[]>(static_cast<std::size_t>(device_count_));
     if (checks == Checks::kOn || checks_requested_by_environment())
-      checker_ = std::make_unique<HandleChecker<handle_type>>();
+      checker_ = std::make_unique<HandleChecker<handle_type>>(handle_noun<Backend>());
   }
   DeviceDepots(const DeviceDepots &) = delete;
   DeviceDepots &operator=(const DeviceDepots &) = delete;

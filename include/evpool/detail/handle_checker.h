@@ -67,7 +67,8 @@ class HandleChecker {
   /// Thread-safety: every member may be called by any number of threads at once, except
   /// forget_all_in_child (a fork child's one forgetting thread). Blocking (its own mutex, and the
   /// list of checkers: see the rationale).
-  HandleChecker() noexcept {
+  /// `noun` names the handles in error messages ("event", "stream"); a string literal.
+  explicit HandleChecker(const char *noun) noexcept : noun_(noun) {
     const ListLock list;
     next_ = checkers_;
     checkers_ = this;
@@ -158,7 +159,7 @@ class HandleChecker {
       text << "  device " << device << ": " << count << " outstanding\n";
       for (const auto &[handle, record] : outstanding) {
         if (record.device != device) continue;
-        text << "    event " << handle_text(handle) << ", got at:\n";
+        text << "    " << noun_ << " " << handle_text(handle) << ", got at:\n";
         text << describe_stack(record.stack.data(), record.depth, "      ");
       }
     }
@@ -176,7 +177,7 @@ class HandleChecker {
   using Records = std::unordered_map<Handle, Record>;
 
   // A Put of a handle the pool knows: refused as on_put says, or it is idle again.
-  static void put_back(Record &record, int device, Handle handle) {
+  void put_back(Record &record, int device, Handle handle) {
     if (record.idle) throw_double_put(record.device, device, handle);
     if (record.device != device) throw_other_device(record.device, device, handle);
     record.idle = true;
@@ -210,31 +211,35 @@ class HandleChecker {
     return text.str();
   }
 
-  [[noreturn, gnu::cold]] static void throw_double_put(int idle_under, int device, Handle handle) {
-    throw DoublePutError("evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device) +
+  [[noreturn, gnu::cold]] void throw_double_put(int idle_under, int device, Handle handle) {
+    throw DoublePutError(std::string("evpool: Put of ") + noun_ + " " + handle_text(handle) +
+                         " under device " + std::to_string(device) +
                          ", which is already idle in the pool under device " + std::to_string(idle_under) +
                          " (a double Put); the pool keeps its copy, and the caller's duplicate was emptied "
                          "without destroying the handle");
   }
 
-  [[noreturn, gnu::cold]] static void throw_other_device(int handed_out_for, int device, Handle handle) {
-    throw std::invalid_argument("evpool: Put of event " + handle_text(handle) + " under device " +
-                                std::to_string(device) + ", but the pool handed it out for device " +
-                                std::to_string(handed_out_for) + "; the caller still owns the event");
+  [[noreturn, gnu::cold]] void throw_other_device(int handed_out_for, int device, Handle handle) {
+    throw std::invalid_argument(std::string("evpool: Put of ") + noun_ + " " + handle_text(handle) +
+                                " under device " + std::to_string(device) +
+                                ", but the pool handed it out for device " + std::to_string(handed_out_for) +
+                                "; the caller still owns the " + std::string(noun_));
   }
 
-  [[noreturn, gnu::cold]] static void throw_idle_in_another_pool(int idle_under, int device, Handle handle) {
-    throw DoublePutError("evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device) +
+  [[noreturn, gnu::cold]] void throw_idle_in_another_pool(int idle_under, int device, Handle handle) {
+    throw DoublePutError(std::string("evpool: Put of ") + noun_ + " " + handle_text(handle) +
+                         " under device " + std::to_string(device) +
                          ", which is idle in another checked pool under device " + std::to_string(idle_under) +
                          " (a double Put); that pool keeps its copy, and the caller's duplicate was emptied "
                          "without destroying the handle");
   }
 
-  [[noreturn, gnu::cold]] static void throw_handed_out_by_another_pool(const Record &record, int device,
-                                                                       Handle handle) {
-    std::string text = "evpool: Put of event " + handle_text(handle) + " under device " + std::to_string(device);
+  [[noreturn, gnu::cold]] void throw_handed_out_by_another_pool(const Record &record, int device, Handle handle) {
+    std::string text = std::string("evpool: Put of ") + noun_ + " " + handle_text(handle) + " under device " +
+                       std::to_string(device);
     text += " into a pool that never handed it out: another checked pool handed it out for device ";
-    text += std::to_string(record.device) + " and has not had it back; the caller still owns the event. Got at:\n";
+    text += std::to_string(record.device) + " and has not had it back; the caller still owns the " +
+            std::string(noun_) + ". Got at:\n";
     text += describe_stack(record.stack.data(), record.depth, "  ");
     text.pop_back();  // the message ends without a newline
     throw std::invalid_argument(text);
@@ -271,6 +276,7 @@ class HandleChecker {
 
   static inline HandleChecker *checkers_ = nullptr;  // the list, under ListLock
   HandleChecker *next_ = nullptr;                    // under ListLock
+  const char *const noun_;                           // what the messages call a handle
   // The fork generation whose handles the records are of (see forget_all_in_child).
   std::atomic<std::uint32_t> generation_{fork_generation()};
   mutable std::mutex lock_;

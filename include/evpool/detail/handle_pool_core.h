@@ -95,6 +95,7 @@
 #include "evpool/detail/depot.h"
 #include "evpool/detail/device_depots.h"
 #include "evpool/detail/fork_guard.h"
+#include "evpool/detail/handle_noun.h"
 #include "evpool/detail/shared_lease_block.h"
 #include "evpool/detail/spare_block_depot.h"
 #include "evpool/detail/thread_cache.h"
@@ -1040,12 +1041,14 @@ class HandlePoolCore final : private DeferredWork {
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void throw_empty_put() {
-    throw std::invalid_argument("evpool: Put of an empty event");
+    throw std::invalid_argument(std::string("evpool: Put of an empty ") + handle_noun<Backend>());
   }
 
   [[noreturn, gnu::cold, gnu::noinline]] static void throw_contradicting_device(int recorded, int device_id) {
-    throw std::invalid_argument("evpool: Put of an event of device " + std::to_string(recorded) + " under device " +
-                                std::to_string(device_id) + "; the caller still owns the event");
+    const std::string noun = handle_noun<Backend>();
+    throw std::invalid_argument("evpool: Put of " + std::string(noun == "event" ? "an " : "a ") + noun +
+                                " of device " + std::to_string(recorded) + " under device " +
+                                std::to_string(device_id) + "; the caller still owns the " + noun);
   }
 
   const std::uint64_t id_ = next_pool_id();
