@@ -49,20 +49,25 @@
 //    (woken late, held up by a notify or a memset, or waiting because 256 of its requests are in
 //    flight) is issued at once, and ITS LATENCY IS STILL COUNTED FROM ITS DUE TIME, not from when
 //    it was issued: a mechanism that holds up its requesters, or cannot keep up, is charged for
-//    the queue it causes (no coordinated omission). Then the thread waits until its requests are
+//    the queue it causes (no coordinated omission). A thread still catching up S seconds after the
+//    window ended gives up on its requests not yet issued: each is counted as ABANDONED, with an
+//    infinite latency (so a percentile that falls among them reads inf), which keeps a point of a
+//    mechanism that cannot keep up within about 2 S. Then the thread waits until its requests are
 //    done. The warm-up is the closed loop's. One line per point and variant:
 //      open-loop variant=<v> threads=<T> load=<L> saturation_per_s=<R> offered_per_s=<x>
-//      completions_per_s=<x> latency_median_us=<x> latency_p99_us=<x> issue_lag_median_us=<x>
-//      issue_lag_p99_us=<x> poller_cpu_busy=<x|na> process_cpu=<x>
+//      completions_per_s=<x> latency_median_us=<x|inf> latency_p99_us=<x|inf>
+//      issue_lag_median_us=<x> issue_lag_p99_us=<x> abandoned=<n> poller_cpu_busy=<x|na>
+//      process_cpu=<x>
 //
 // - offered_per_s: requests due in the window [start, start + S), over S; completions_per_s:
 //   callbacks run in the window, over its length (below offered_per_s where the mechanism falls
 //   behind).
 // - latency: DUE-TO-CALLBACK, from the request's due time to the first thing its completion
-//   callback does; every request due in the window counts, those finished after it included;
-//   median and 99th percentile over all threads.
-// - issue_lag: from the due time to just before the memset is enqueued, the part of the latency
-//   spent before the request was made (the requester's wake-up, a notify that blocked it).
+//   callback does; every request due in the window counts, those finished after it included,
+//   abandoned ones as infinite; median and 99th percentile over all threads.
+// - issue_lag: from the due time to just before the memset is enqueued, over the requests issued:
+//   the part of the latency spent before the request was made (the requester's wake-up, a notify
+//   or a memset that held it up, a wait at 256 in flight).
 // - poller_cpu_busy: as in the closed loop, over the window. process_cpu: the whole process's CPU
 //   time over the window (CLOCK_PROCESS_CPUTIME_ID), in cores, for context: the requesters, the
 //   mechanism, and the driver's threads (host-func's callbacks among them).
@@ -94,6 +99,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -421,6 +427,10 @@ constexpr int kOpenLoopMaxInFlight = 256;
 // The first requests are due this long after the barrier lets the threads go: long enough for all
 // of them to be awake.
 constexpr std::chrono::milliseconds kOpenLoopLead{2};
+// A thread that is still issuing requests due in the window this long after the window ended (a
+// mechanism that cannot keep up) gives up on the rest: each counts as abandoned, with an infinite
+// latency, so that a point of an overloaded mechanism takes at most about twice its window.
+constexpr double kOpenLoopGraceWindows = 1.0;
 // The threads' phases come from this seed, so every variant at a point gets the same schedule.
 constexpr std::uint64_t kPhaseSeed = 37;
 
@@ -444,6 +454,7 @@ std::chrono::nanoseconds process_cpu_time() {
 
 struct OpenPoint {
   double offered_per_s = 0, completions_per_s = 0, process_cpu = 0;
+  std::size_t abandoned = 0;  // requests due in the window but never issued (see kOpenLoopGraceWindows)
   std::vector<float> latency_us, issue_lag_us;
   std::optional<double> cpu_busy;
 };
@@ -472,7 +483,7 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
         std::max(most_per_thread, static_cast<std::size_t>(kWarmupRequests)));
     lags[static_cast<std::size_t>(t)].resize(most_per_thread);
   }
-  std::vector<std::size_t> issued(static_cast<std::size_t>(threads), 0);
+  std::vector<std::size_t> issued(static_cast<std::size_t>(threads), 0), abandoned(issued);
   const auto completed = [&] {
     std::uint64_t total = 0;
     for (int t = 0; t < threads; ++t)
@@ -487,6 +498,7 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
     Clock::time_point start{};
     const auto set_start = [&start]() noexcept { start = Clock::now() + kOpenLoopLead; };
     std::barrier go(threads + 1, set_start);
+    const auto grace = std::chrono::duration_cast<Clock::duration>(window * kOpenLoopGraceWindows);
     auto worker = [&](int t) {
       check(cudaSetDevice(0), "cudaSetDevice");
       // 1 us, not the default 50 us: the sleeps until a due time are tens of microseconds.
@@ -506,6 +518,7 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
       wait_below(state.in_flight, 1);
       state.samples.store(0, std::memory_order_relaxed);
       go.arrive_and_wait();
+      const Clock::time_point give_up = start + window + grace;
       std::size_t k = 0;
       for (;; ++k) {
         const auto offset = due_at(t, k);
@@ -513,6 +526,10 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
         const Clock::time_point due = start + std::chrono::duration_cast<Clock::duration>(offset);
         if (Clock::now() < due) sleep_until(due);
         wait_below(state.in_flight, kOpenLoopMaxInFlight);
+        if (Clock::now() >= give_up) {
+          for (std::size_t rest = k; due_at(t, rest) < window; ++rest) ++abandoned[static_cast<std::size_t>(t)];
+          break;
+        }
         state.in_flight.fetch_add(1, std::memory_order_relaxed);
         const auto now = Clock::now();
         if (k < lag.size()) lag[k] = std::chrono::duration<float, std::micro>(now - due).count();
@@ -546,15 +563,18 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
   }
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // host functions' tails included
 
-  std::size_t total_issued = 0;
+  std::size_t total_due = 0;
   for (int t = 0; t < threads; ++t) {
     const std::size_t count = std::min(issued[static_cast<std::size_t>(t)], lags[static_cast<std::size_t>(t)].size());
-    total_issued += issued[static_cast<std::size_t>(t)];
+    total_due += issued[static_cast<std::size_t>(t)] + abandoned[static_cast<std::size_t>(t)];
+    point.abandoned += abandoned[static_cast<std::size_t>(t)];
     point.issue_lag_us.insert(point.issue_lag_us.end(), lags[static_cast<std::size_t>(t)].begin(),
                               lags[static_cast<std::size_t>(t)].begin() + static_cast<std::ptrdiff_t>(count));
   }
-  point.offered_per_s = static_cast<double>(total_issued) / seconds;
+  point.offered_per_s = static_cast<double>(total_due) / seconds;
   take_samples(states.get(), threads, point.latency_us);
+  // Never issued: later than anything measured.
+  point.latency_us.insert(point.latency_us.end(), point.abandoned, std::numeric_limits<float>::infinity());
   return point;
 }
 
@@ -565,10 +585,10 @@ void run_open_variant(const std::vector<std::string> &variants, int threads, dou
   OpenPoint point = run_open_point<Variant>(threads, load * saturation / threads, seconds, gpu);
   std::printf("open-loop variant=%s threads=%d load=%g saturation_per_s=%.0f offered_per_s=%.0f "
               "completions_per_s=%.0f latency_median_us=%.1f latency_p99_us=%.1f issue_lag_median_us=%.1f "
-              "issue_lag_p99_us=%.1f poller_cpu_busy=%s process_cpu=%.3f\n",
+              "issue_lag_p99_us=%.1f abandoned=%zu poller_cpu_busy=%s process_cpu=%.3f\n",
               std::string(Variant::kName).c_str(), threads, load, saturation, point.offered_per_s,
               point.completions_per_s, percentile(point.latency_us, 0.5), percentile(point.latency_us, 0.99),
-              percentile(point.issue_lag_us, 0.5), percentile(point.issue_lag_us, 0.99),
+              percentile(point.issue_lag_us, 0.5), percentile(point.issue_lag_us, 0.99), point.abandoned,
               figure(point.cpu_busy, "%.3f").c_str(), point.process_cpu);
   std::fflush(stdout);
 }
