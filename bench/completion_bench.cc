@@ -262,8 +262,8 @@ struct VariantList {
     (f(std::type_identity<Variants>{}), ...);
   }
 };
-using AllVariants = VariantList<EvpoolVariant, EvpoolQueuesVariant<2>, EvpoolQueuesVariant<4>, HostFuncVariant,
-                                EventSyncVariant, FifoVariant, PollAllVariant>;
+using AllVariants = VariantList<EvpoolVariant, EvpoolQueuesVariant<2>, EvpoolQueuesVariant<4>,
+                                HostFuncVariant, EventSyncVariant, FifoVariant, PollAllVariant>;
 
 // The open loop's reference: its closed-loop throughput at T threads is the saturation rate the
 // loads are fractions of.
@@ -531,7 +531,8 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
         if (Clock::now() < due) sleep_until(due);
         wait_below(state.in_flight, kOpenLoopMaxInFlight);
         if (Clock::now() >= give_up) {
-          for (std::size_t rest = k; due_at(t, rest) < window; ++rest) ++abandoned[static_cast<std::size_t>(t)];
+          for (std::size_t rest = k; due_at(t, rest) < window; ++rest)
+            ++abandoned[static_cast<std::size_t>(t)];
           break;
         }
         state.in_flight.fetch_add(1, std::memory_order_relaxed);
@@ -577,7 +578,8 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
 
   std::size_t total_due = 0;
   for (int t = 0; t < threads; ++t) {
-    const std::size_t count = std::min(issued[static_cast<std::size_t>(t)], lags[static_cast<std::size_t>(t)].size());
+    const std::size_t count =
+        std::min(issued[static_cast<std::size_t>(t)], lags[static_cast<std::size_t>(t)].size());
     total_due += issued[static_cast<std::size_t>(t)] + abandoned[static_cast<std::size_t>(t)];
     point.abandoned += abandoned[static_cast<std::size_t>(t)];
     point.issue_lag_us.insert(point.issue_lag_us.end(), lags[static_cast<std::size_t>(t)].begin(),
@@ -691,7 +693,8 @@ int main(int argc, char **argv) {
   // A misspelt name would silently run nothing: refuse it before the GPU is touched.
   for (const std::string &name : variants) {
     bool known = false;
-    AllVariants::for_each([&]<class Variant>(std::type_identity<Variant>) { known = known || name == Variant::kName; });
+    AllVariants::for_each(
+        [&]<class Variant>(std::type_identity<Variant>) { known = known || name == Variant::kName; });
     if (!known) {
       std::fprintf(stderr, "unknown variant %s\n", name.c_str());
       return 2;
@@ -714,8 +717,8 @@ int main(int argc, char **argv) {
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
   if (open_loop)
-    std::printf("# %s, %ld CPUs online, open loop, %.2f s per point\n", properties.name, sysconf(_SC_NPROCESSORS_ONLN),
-                seconds);
+    std::printf("# %s, %ld CPUs online, open loop, %.2f s per point\n", properties.name,
+                sysconf(_SC_NPROCESSORS_ONLN), seconds);
   else
     std::printf("# %s, %ld CPUs online, %.2f s per point, %.2f s idle\n", properties.name,
                 sysconf(_SC_NPROCESSORS_ONLN), seconds, idle_seconds);
