@@ -211,14 +211,23 @@ def open_plot(points, path):
         loads = sorted({key[2] for key in points if key[1] == count})
         for axis, (figure, label) in zip(axes[row], panels):
             for variant in variants:
-                xs, ys = [], []
+                xs, ys, behind = [], [], []
                 for load in loads:
-                    value = median(points, (variant, count, load), figure)
+                    key = (variant, count, load)
+                    value = median(points, key, figure)
                     if value is not None and not math.isinf(value):  # inf: abandoned requests
                         xs.append(load * 100)
                         ys.append(value)
+                        done, asked = median(points, key, "completions_per_s"), median(points, key, "offered_per_s")
+                        behind.append(done is not None and bool(asked) and done < BEHIND * asked)
                 if xs:
-                    axis.plot(xs, ys, marker="o", label=variant)
+                    color = f"C{variants.index(variant) % 10}"  # one colour per variant in every panel
+                    axis.plot(xs, ys, marker="o", label=variant, color=color)
+                    # Hollow: the mechanism fell behind the offered rate there.
+                    hollow = [(x, y) for x, y, b in zip(xs, ys, behind) if b]
+                    if hollow:
+                        axis.plot(*zip(*hollow), linestyle="none", marker="o", markersize=9,
+                                  markerfacecolor="white", markeredgecolor=color)
             axis.set_yscale("log")
             axis.set_xticks([load * 100 for load in loads])
             axis.set_xlabel("offered load, % of a thread per stream's saturation rate")
@@ -226,6 +235,8 @@ def open_plot(points, path):
             axis.set_title(f"{count} threads: due-to-callback latency, {label}")
             axis.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=8)
+    figure_.suptitle(f"open loop, medians; hollow: fell behind (completions below {BEHIND:.0%} of offered); "
+                     "inf (abandoned requests) not drawn", fontsize=9)
     figure_.tight_layout()
     figure_.savefig(path, dpi=110)
     plt.close(figure_)
