@@ -56,8 +56,8 @@
 //    done. The warm-up is the closed loop's. One line per point and variant:
 //      open-loop variant=<v> threads=<T> load=<L> saturation_per_s=<R> offered_per_s=<x>
 //      completions_per_s=<x> latency_median_us=<x|inf> latency_p99_us=<x|inf>
-//      issue_lag_median_us=<x> issue_lag_p99_us=<x> abandoned=<n> poller_cpu_busy=<x|na>
-//      process_cpu=<x>
+//      service_median_us=<x> service_p99_us=<x> issue_lag_median_us=<x> issue_lag_p99_us=<x>
+//      abandoned=<n> poller_cpu_busy=<x|na> process_cpu=<x>
 //
 // - offered_per_s: requests due in the window [start, start + S), over S; completions_per_s:
 //   callbacks that started in the window (by their own clock reading), over S: below
@@ -67,7 +67,10 @@
 //   abandoned ones as infinite; median and 99th percentile over all threads.
 // - issue_lag: from the due time to just before the memset is enqueued, over the requests issued:
 //   the part of the latency spent before the request was made (the requester's wake-up, a notify
-//   or a memset that held it up, a wait at 256 in flight).
+//   or a memset that held it up, a wait at 256 in flight). service: the rest, from just before the
+//   memset to the callback (the closed loop's enqueue-to-callback), request by request, over the
+//   requests issued. The wake-up is in every mechanism's latency alike: compare the service
+//   figures too where the latencies are close.
 // - poller_cpu_busy: as in the closed loop, over the window. process_cpu: the whole process's CPU
 //   time over the window (CLOCK_PROCESS_CPUTIME_ID), in cores, for context: the requesters, the
 //   mechanism, and the driver's threads (host-func's callbacks among them). The main thread reads
@@ -152,6 +155,14 @@ struct alignas(128) ThreadState {
   // by the requester before its first request in the window, which hands them to the callbacks.
   Clock::time_point window_begin = Clock::time_point::max(), window_end = Clock::time_point::min();
   std::atomic<std::uint64_t> completed_in_window{0};
+  // The open loop's schedule, set the same way, so that a callback finds its request's number k
+  // from its due time, and from the requester's issue_lag_us[k] the enqueue-to-callback part of
+  // its latency (into service_us, beside latency_us). Null in the closed loop.
+  const float *issue_lag_us = nullptr;
+  std::size_t scheduled = 0;  // issue_lag_us's size
+  Clock::time_point schedule_start{};
+  double interval_ns = 0, phase = 0;
+  std::vector<float> service_us;  // sized before the run, as latency_us
 
   void complete(cudaError_t status, Clock::time_point began) noexcept {
     const auto now = Clock::now();
@@ -163,8 +174,17 @@ struct alignas(128) ThreadState {
     // Relaxed: the samples are read after the requester has seen in_flight fall (acquire) and
     // has been joined.
     const std::size_t at = samples.fetch_add(1, std::memory_order_relaxed);
-    if (at < latency_us.size())
-      latency_us[at] = std::chrono::duration<float, std::micro>(now - began).count();
+    if (at < latency_us.size()) {
+      const float latency = std::chrono::duration<float, std::micro>(now - began).count();
+      latency_us[at] = latency;
+      if (issue_lag_us != nullptr && at < service_us.size()) {
+        // Due times are schedule_start + (k + phase) * interval, rounded to a nanosecond.
+        const long long k = std::llround(
+            std::chrono::duration<double, std::nano>(began - schedule_start).count() / interval_ns - phase);
+        if (k >= 0 && static_cast<std::size_t>(k) < scheduled)
+          service_us[at] = latency - issue_lag_us[static_cast<std::size_t>(k)];
+      }
+    }
     completed.fetch_add(1, std::memory_order_relaxed);
     // Release: the requester that sees the slot free sees the sample written.
     in_flight.fetch_sub(1, std::memory_order_release);
@@ -463,7 +483,7 @@ std::chrono::nanoseconds process_cpu_time() {
 struct OpenPoint {
   double offered_per_s = 0, completions_per_s = 0, process_cpu = 0;
   std::size_t abandoned = 0;  // requests due in the window but never issued (see kOpenLoopGraceWindows)
-  std::vector<float> latency_us, issue_lag_us;
+  std::vector<float> latency_us, service_us, issue_lag_us;
   std::optional<double> cpu_busy;
 };
 
@@ -489,6 +509,7 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
   for (int t = 0; t < threads; ++t) {
     states[static_cast<std::size_t>(t)].latency_us.resize(
         std::max(most_per_thread, static_cast<std::size_t>(kWarmupRequests)));
+    states[static_cast<std::size_t>(t)].service_us.resize(most_per_thread);
     lags[static_cast<std::size_t>(t)].resize(most_per_thread);
   }
   std::vector<std::size_t> issued(static_cast<std::size_t>(threads), 0), abandoned(issued);
@@ -523,6 +544,11 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
       const Clock::time_point give_up = start + window + grace;
       state.window_begin = start;
       state.window_end = start + std::chrono::duration_cast<Clock::duration>(window);
+      state.issue_lag_us = lag.data();
+      state.scheduled = lag.size();
+      state.schedule_start = start;
+      state.interval_ns = interval_ns;
+      state.phase = phases[static_cast<std::size_t>(t)];
       std::size_t k = 0;
       for (;; ++k) {
         const auto offset = due_at(t, k);
@@ -587,6 +613,12 @@ OpenPoint run_open_point(int threads, double rate_per_thread, double seconds, Gp
   }
   point.offered_per_s = static_cast<double>(total_due) / seconds;
   take_samples(states.get(), threads, point.latency_us);
+  for (int t = 0; t < threads; ++t) {
+    const ThreadState &state = states[static_cast<std::size_t>(t)];
+    const std::size_t kept = std::min(state.samples.load(std::memory_order_relaxed), state.service_us.size());
+    point.service_us.insert(point.service_us.end(), state.service_us.begin(),
+                            state.service_us.begin() + static_cast<std::ptrdiff_t>(kept));
+  }
   // Never issued: later than anything measured.
   point.latency_us.insert(point.latency_us.end(), point.abandoned, std::numeric_limits<float>::infinity());
   return point;
@@ -598,10 +630,12 @@ void run_open_variant(const std::vector<std::string> &variants, int threads, dou
   if (std::find(variants.begin(), variants.end(), Variant::kName) == variants.end()) return;
   OpenPoint point = run_open_point<Variant>(threads, load * saturation / threads, seconds, gpu);
   std::printf("open-loop variant=%s threads=%d load=%g saturation_per_s=%.0f offered_per_s=%.0f "
-              "completions_per_s=%.0f latency_median_us=%.1f latency_p99_us=%.1f issue_lag_median_us=%.1f "
-              "issue_lag_p99_us=%.1f abandoned=%zu poller_cpu_busy=%s process_cpu=%.3f\n",
+              "completions_per_s=%.0f latency_median_us=%.1f latency_p99_us=%.1f service_median_us=%.1f "
+              "service_p99_us=%.1f issue_lag_median_us=%.1f issue_lag_p99_us=%.1f abandoned=%zu poller_cpu_busy=%s "
+              "process_cpu=%.3f\n",
               std::string(Variant::kName).c_str(), threads, load, saturation, point.offered_per_s,
               point.completions_per_s, percentile(point.latency_us, 0.5), percentile(point.latency_us, 0.99),
+              percentile(point.service_us, 0.5), percentile(point.service_us, 0.99),
               percentile(point.issue_lag_us, 0.5), percentile(point.issue_lag_us, 0.99), point.abandoned,
               figure(point.cpu_busy, "%.3f").c_str(), point.process_cpu);
   std::fflush(stdout);

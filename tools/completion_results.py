@@ -12,7 +12,8 @@ OUT_DIR/completions-throughput.png and OUT_DIR/completions-latency.png.
 
 Where they hold open-loop points (--open-loop), writes OUT_DIR/completions-openloop-tables.md
 (the saturation rate of each run, then one table per figure, threads and load by variant:
-due-to-callback latency median and 99th percentile, completions per second against the offered
+due-to-callback latency median and 99th percentile, the same from the enqueue (less the
+requester's issue lag), completions per second against the offered
 rate, the mechanism's and the process's CPU, the requesters' issue lag, abandoned requests) and,
 where matplotlib is installed, OUT_DIR/completions-openloop-latency.png (median and p99 against
 the load, one row of panels per thread count).
@@ -108,6 +109,8 @@ def plot(points, panels, path):
 OPEN_FIGURES = [
     ("latency_median_us", "due-to-callback latency, median us", 1.0, 1),
     ("latency_p99_us", "due-to-callback latency, p99 us", 1.0, 1),
+    ("service_median_us", "enqueue-to-callback (the latency less the issue lag), median us", 1.0, 1),
+    ("service_p99_us", "enqueue-to-callback (the latency less the issue lag), p99 us", 1.0, 1),
     ("completions_per_s", "k completions per second in the window (offered: the schedule's rate)", 1e3, 1),
     ("poller_cpu_busy", "the mechanism's own threads' CPU during the window, cores", 1.0, 3),
     ("process_cpu", "the whole process's CPU during the window, cores", 1.0, 3),
