@@ -23,11 +23,15 @@
 //   same over --idle-seconds (0.5 by default) once every request is done and the requesters have
 //   exited. na where no thread of the mechanism is ours to clock (host-func: the driver's thread).
 // - queries_per_completion: event queries the mechanism made during the timed window per
-//   completion in it; na where it makes none (host-func, event-sync-thread).
+//   completion in it; na where it makes none (host-func, event-sync-thread). evpool's completion
+//   signals are reads of host memory, not queries: with them the figure falls towards 0.
 //
 // Variants:
-//   evpool             evpool::CompletionQueue, default options (its own poller thread), events
-//                      from CUDAEventPool::instance()
+//   evpool             evpool::CompletionQueue, default options (its own poller thread, completion
+//                      signals where the device can: CompletionSignal::kAuto), events from
+//                      CUDAEventPool::instance()
+//   evpool-query       the same with CompletionSignal::kEventQuery: every completion heard through
+//                      an event query, as before the signals
 //   evpool-2-pollers,  the same over 2 or 4 queues, thread t asking queue t % n: how many pollers
 //   evpool-4-pollers   it takes where one is saturated (only when named in --variants)
 //   host-func          cudaLaunchHostFunc behind the memset (competitors/host_func_completions.h)
@@ -120,13 +124,14 @@ struct Done {
 static_assert(std::is_trivially_copyable_v<Done> && sizeof(Done) <= 16,
               "libstdc++'s std::function keeps such a callable in place");
 
+template <CompletionSignal kSignal>
 struct EvpoolVariant {
-  static constexpr std::string_view kName = "evpool";
+  static constexpr std::string_view kName = kSignal == CompletionSignal::kAuto ? "evpool" : "evpool-query";
   explicit EvpoolVariant(int /*threads*/) {}
   void notify(int /*thread*/, cudaStream_t stream, Done done) { (void)queue.notify(stream, done); }
   std::optional<std::chrono::nanoseconds> cpu_time() const { return queue.poller_cpu_time(); }
   std::optional<std::uint64_t> queries() const { return queue.stats().queries; }
-  CompletionQueue queue;
+  CompletionQueue queue{CUDACompletionBackend(), CompletionQueueOptions{.signal = kSignal}};
 };
 
 // One poller is one core: where it is saturated, more queues (each with its poller thread) share
@@ -365,7 +370,8 @@ int main(int argc, char **argv) {
   double seconds = 0.5;
   double idle_seconds = 0.5;
   std::vector<std::string> thread_list = {"1", "2", "4", "8", "16", "32", "64", "128"};
-  std::vector<std::string> variants = {"evpool", "host-func", "event-sync-thread", "tf-fifo", "pika-poll-all"};
+  std::vector<std::string> variants = {"evpool",  "evpool-query", "host-func", "event-sync-thread",
+                                       "tf-fifo", "pika-poll-all"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--idle-seconds") == 0) idle_seconds = std::atof(argv[i + 1]);
@@ -387,7 +393,9 @@ int main(int argc, char **argv) {
   Gpu gpu(most);
   for (const std::string &text : thread_list) {
     const int threads = std::atoi(text.c_str());
-    run_variant<EvpoolVariant>(variants, threads, seconds, idle_seconds, gpu);
+    run_variant<EvpoolVariant<evpool::CompletionSignal::kAuto>>(variants, threads, seconds, idle_seconds, gpu);
+    run_variant<EvpoolVariant<evpool::CompletionSignal::kEventQuery>>(variants, threads, seconds,
+                                                                      idle_seconds, gpu);
     run_variant<EvpoolQueuesVariant<2>>(variants, threads, seconds, idle_seconds, gpu);
     run_variant<EvpoolQueuesVariant<4>>(variants, threads, seconds, idle_seconds, gpu);
     run_variant<HostFuncVariant>(variants, threads, seconds, idle_seconds, gpu);

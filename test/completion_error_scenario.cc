@@ -1,5 +1,8 @@
 // A sticky error reaching CompletionQueue's callbacks, for test/cuda_completion_test.cc, which runs
 // this program as a child process (the error leaves the process's context unusable).
+// The queue has its default options: completion signals where the device can, so the faulting
+// stream's request, whose signal never lands, hears its error through the event, queried once the
+// signal has not landed for signal_query_interval (the "queue:" line prints the counts).
 // On device 0, with two streams made beforehand: the fault kernel (support/ptx_kernels.h) runs on
 // the first, a completion is asked for on it and waited for; then one is asked for on the second
 // stream, which had no work, and waited for. The queue is then destroyed, and the callbacks' counts
@@ -73,6 +76,11 @@ int main() {
     first_handle = on_faulting.wait();
     evpool::Completion on_other = queue->notify(other, callback(second));
     second_handle = on_other.wait();
+    const evpool::CompletionQueueStats stats = queue->stats();
+    std::printf(
+        "queue: requests %llu, signalled %llu, signal reads %llu, queries %llu\n",
+        static_cast<unsigned long long>(stats.requests), static_cast<unsigned long long>(stats.signalled),
+        static_cast<unsigned long long>(stats.signal_reads), static_cast<unsigned long long>(stats.queries));
     queue.reset();  // nothing pending: a callback run twice would show now
   }
   const bool first_ok = report("faulting stream", first, first_handle);

@@ -4,8 +4,10 @@
 // call CUDA and ask for more; wait(); a capturing stream refused without harm to its capture; the
 // destructor waiting for work in progress; a queue polled by its caller; a stream destroyed with
 // work running whose handle the next stream gets, never finishing the old stream's request early;
-// the special handles caught up in order; and a sticky error, in a child process of its own
-// (completion_error_scenario.cc). Each skips without a GPU.
+// the special handles caught up in order; completion signals finishing a stream without a query,
+// their callbacks seeing the work's writes, against kEventQuery; and a sticky error, in a child
+// process of its own (completion_error_scenario.cc, on signals). Every queue but those told
+// otherwise has the default options: signals where the device can. Each skips without a GPU.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -427,7 +429,72 @@ TEST_F(CompletionQueueOnGpu, AStreamDestroyedWithWorkRunningIsNotFinishedByTheNe
   std::printf("the new stream got the destroyed one's handle in %d of %d rounds\n", reused, kRounds);
   EXPECT_EQ(early, 0) << "B's callback ran before its spin ended, in " << early << " of the " << reused
                       << " rounds that reused the handle";
+  std::printf("with completion signals: %llu of %llu requests signalled\n",
+              static_cast<unsigned long long>(queue.stats().signalled),
+              static_cast<unsigned long long>(queue.stats().requests));
+  EXPECT_GT(queue.stats().signalled, 0u) << "the test ran on event queries only: the device takes no signal";
   EXPECT_EQ(failed, 0);
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
+// Completion signals on a created stream: 16 requests behind a 2 ms spin, each after a 4-byte
+// memset of its own word copied back to pinned host memory; once the stream is done, one pass
+// finishes all 16 in order through the signals, without an event query (the oldest's word, then
+// the newest's), and each callback sees its word's copy landed (the write's fence). The same with
+// kEventQuery takes queries and no signal.
+TEST_F(CompletionQueueOnGpu, SignalsFinishAStreamsRequestsWithoutQueriesAndTheCallbacksSeeTheWorksWrites) {
+  constexpr int kRequests = 16;
+  Stream stream;
+  std::uint32_t *device_words = nullptr, *host_words = nullptr;
+  ASSERT_CUDA(cudaMalloc(reinterpret_cast<void **>(&device_words), kRequests * sizeof(std::uint32_t)));
+  ASSERT_CUDA(cudaMallocHost(reinterpret_cast<void **>(&host_words), kRequests * sizeof(std::uint32_t)));
+  for (CompletionSignal signal : {CompletionSignal::kAuto, CompletionSignal::kEventQuery}) {
+    const char *name = signal == CompletionSignal::kAuto ? "kAuto" : "kEventQuery";
+    for (int i = 0; i < kRequests; ++i) host_words[i] = 0;
+    std::vector<int> order;
+    int unseen = 0;
+    {
+      CompletionQueue queue{CUDACompletionBackend(*pool_),
+                            CompletionQueueOptions{.polling = CompletionPolling::kCaller, .signal = signal}};
+      ASSERT_CUDA(kernels_->spin(stream, 2ms));
+      for (int i = 0; i < kRequests; ++i) {
+        ASSERT_CUDA(cudaMemsetAsync(device_words + i, 0x11 + i, sizeof(std::uint32_t), stream));
+        ASSERT_CUDA(cudaMemcpyAsync(host_words + i, device_words + i, sizeof(std::uint32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+        queue.notify(stream, [&, i](cudaError_t status) {
+          order.push_back(status == cudaSuccess ? i : -1);
+          const std::uint32_t byte = 0x11u + static_cast<std::uint32_t>(i);
+          unseen += host_words[i] != (byte | byte << 8 | byte << 16 | byte << 24);
+        });
+      }
+      ASSERT_CUDA(cudaStreamSynchronize(stream));
+      const CompletionQueueStats before = queue.stats();
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      std::size_t finished = 0;
+      while (finished < kRequests && std::chrono::steady_clock::now() < deadline) finished += queue.poll();
+      const CompletionQueueStats after = queue.stats();
+      EXPECT_EQ(finished, static_cast<std::size_t>(kRequests)) << name;
+      if (signal == CompletionSignal::kAuto) {
+        EXPECT_EQ(after.signalled, static_cast<std::uint64_t>(kRequests)) << "the device takes no signal";
+        EXPECT_EQ(after.queries - before.queries, 0u) << name;
+        EXPECT_GE(after.signal_reads - before.signal_reads, 2u) << name;
+      } else {
+        EXPECT_EQ(after.signalled, 0u);
+        EXPECT_EQ(after.signal_reads, 0u);
+        EXPECT_EQ(after.queries - before.queries, 2u) << name << ": caught up";
+      }
+      std::printf("%s: signalled %llu, signal reads %llu, queries %llu\n", name,
+                  static_cast<unsigned long long>(after.signalled),
+                  static_cast<unsigned long long>(after.signal_reads),
+                  static_cast<unsigned long long>(after.queries));
+    }
+    std::vector<int> expected(kRequests);
+    for (int i = 0; i < kRequests; ++i) expected[i] = i;
+    EXPECT_EQ(order, expected) << name;
+    EXPECT_EQ(unseen, 0) << name << ": a callback did not see its word's copy";
+  }
+  EXPECT_CUDA(cudaFreeHost(host_words));
+  EXPECT_CUDA(cudaFree(device_words));
   EXPECT_EQ(pool_->stats().total().outstanding, 0);
 }
 
