@@ -61,7 +61,9 @@ class HostWork {
   std::uint64_t id() const noexcept { return id_; }
 
   /// The work through number `last` is done (never undone: a lower number changes nothing); the
-  /// signals of the work done without error land.
+  /// signals of the work done without error land. As on a GPU, where the write comes before the
+  /// event, a signalled record's query says done only once its signal has landed (or, for
+  /// failed work, been dropped): so no request is finished while its word may still be written.
   void complete_through(std::uint64_t last) noexcept {
     std::uint64_t seen = completed_.load(std::memory_order_relaxed);
     while (seen < last && !completed_.compare_exchange_weak(seen, last, std::memory_order_relaxed)) {
@@ -87,12 +89,14 @@ class HostWork {
     std::uint64_t number;
     std::uint64_t *word;
     std::uint64_t value;
+    std::atomic<std::uint64_t> *pending;  // the record's mark, cleared once the write is made
+    std::uint64_t registration;           // what the mark holds for this signal
   };
 
   // record(): the signal of work `number` lands once the work is done (at once if it is).
-  void add_signal(std::uint64_t number, std::uint64_t *word, std::uint64_t value) {
+  void add_signal(const PendingSignal &signal) {
     const std::lock_guard lock(signals_mutex_);
-    pending_signals_.push_back({number, word, value});
+    pending_signals_.push_back(signal);
     land_signals();
   }
 
@@ -106,6 +110,11 @@ class HostWork {
       // Release: the "device's" fence before its write; the poller reads with acquire.
       if (signal.number < error_from)
         std::atomic_ref<std::uint64_t>(*signal.word).store(signal.value, std::memory_order_release);
+      // After the write: the record's query may say done from now on. A compare-exchange: the
+      // event (and its mark) may already serve a later record, whose mark must stay. Relaxed, as
+      // every mark of the seam (see the top).
+      std::uint64_t expected = signal.registration;
+      signal.pending->compare_exchange_strong(expected, 0, std::memory_order_relaxed);
       return true;
     });
   }
@@ -214,6 +223,9 @@ class HostCompletionBackend {
     // number (0): no work to wait for.
     State::Record &slot = state_->records[serial];
     slot.work.store(&work, std::memory_order_relaxed);
+    // A previous record of this event may still be marked (its write made, the mark not yet
+    // cleared): this record is not that one's.
+    slot.pending_signal.store(0, std::memory_order_relaxed);
     if (const int error = stream->record_error_.load(std::memory_order_relaxed); error != 0) {
       slot.number.store(0, std::memory_order_relaxed);
       return error;
@@ -221,11 +233,14 @@ class HostCompletionBackend {
     const std::uint64_t number = work.enqueued_.fetch_add(1, std::memory_order_relaxed) + 1;
     slot.number.store(number, std::memory_order_relaxed);
     if (signal.word != nullptr && can_signal(on.device)) {
+      // Relaxed: a unique number, and the mark that the query reads (see complete_through).
+      const std::uint64_t registration = state_->registrations.fetch_add(1, std::memory_order_relaxed) + 1;
+      slot.pending_signal.store(registration, std::memory_order_relaxed);
       try {
-        work.add_signal(number, signal.word, signal.value);
+        work.add_signal({number, signal.word, signal.value, &slot.pending_signal, registration});
         on.signalled = true;
       } catch (...) {
-        // No memory for the pending write: heard through the event.
+        slot.pending_signal.store(0, std::memory_order_relaxed);  // no memory: heard through the event
       }
     }
     return kSuccess;
@@ -261,6 +276,8 @@ class HostCompletionBackend {
     const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
     if (work.completed_.load(std::memory_order_relaxed) < number) return std::nullopt;
+    if (slot.pending_signal.load(std::memory_order_relaxed) != 0)
+      return std::nullopt;  // the write comes first
     return number >= work.error_from_.load(std::memory_order_relaxed)
                ? work.error_status_.load(std::memory_order_relaxed)
                : kSuccess;
@@ -316,6 +333,7 @@ class HostCompletionBackend {
       std::atomic<HostWork *> work{nullptr};
       std::atomic<std::uint64_t> number{0};
       std::atomic<std::uint64_t> queries{0};
+      std::atomic<std::uint64_t> pending_signal{0};  // a registration whose write is not made yet
     };
     std::unique_ptr<Record[]> records{new Record[kTrackedSerials]};
     std::atomic<std::uint64_t> queries{0};
@@ -323,6 +341,7 @@ class HostCompletionBackend {
     std::atomic<bool> refuse_words{false};
     std::atomic<std::uint32_t> unsignalling_devices{0};
     std::atomic<std::uint64_t> signal_words{0};
+    std::atomic<std::uint64_t> registrations{0};
     std::function<void()> query_hook;
     std::function<void()> give_back_hook;
     std::atomic<std::uint64_t> early{0};
