@@ -84,11 +84,11 @@ class SignalSlots {
     free_.fetch_or(std::uint64_t{1} << slot, std::memory_order_release);
   }
 
-  /// Whether every slot is free (no request of the block is in flight).
-  bool all_free() const noexcept { return free_.load(std::memory_order_acquire) == ~std::uint64_t{0}; }
-
   /// A fork() child forgets its parent's requests, and with them their slots.
-  void forget_all() noexcept { free_.store(~std::uint64_t{0}, std::memory_order_relaxed); }
+  void forget_all() noexcept {
+    // Relaxed: the fork() child has one thread, and the next take() is its own.
+    free_.store(~std::uint64_t{0}, std::memory_order_relaxed);
+  }
 
  private:
   std::uint64_t *const words_;
