@@ -29,7 +29,8 @@
 //   same over --idle-seconds (0.5 by default) once every request is done and the requesters have
 //   exited. na where no thread of the mechanism is ours to clock (host-func: the driver's thread).
 // - queries_per_completion: event queries the mechanism made during the timed window per
-//   completion in it; na where it makes none (host-func, event-sync-thread).
+//   completion in it; na where it makes none (host-func, event-sync-thread). evpool-signal's
+//   completion signals are reads of host memory, not queries: with them the figure falls towards 0.
 //
 // OPEN LOOP (--open-loop): latency at a given offered load. For each thread count T (16 and 128
 // by default):
@@ -78,8 +79,12 @@
 //   woke more than 1% of the window late.
 //
 // Variants (AllVariants below lists them; both modes run those --variants names):
-//   evpool             evpool::CompletionQueue, default options (its own poller thread), events
-//                      from CUDAEventPool::instance()
+//   evpool             evpool::CompletionQueue, default options (its own poller thread; every
+//                      completion heard through an event query: CompletionSignal::kEventQuery),
+//                      events from CUDAEventPool::instance()
+//   evpool-signal      the same with CompletionSignal::kAuto: completion signals where the device
+//                      can (a stream write into pinned host memory, read by the poller), the event
+//                      queried only while a signal has not landed
 //   evpool-2-pollers,  the same over 2 or 4 queues, thread t asking queue t % n: how many pollers
 //   evpool-4-pollers   it takes where one is saturated (only when named in --variants)
 //   host-func          cudaLaunchHostFunc behind the memset (competitors/host_func_completions.h)
@@ -201,13 +206,14 @@ struct Done {
 static_assert(std::is_trivially_copyable_v<Done> && sizeof(Done) <= 16,
               "libstdc++'s std::function keeps such a callable in place");
 
+template <CompletionSignal kSignal>
 struct EvpoolVariant {
-  static constexpr std::string_view kName = "evpool";
+  static constexpr std::string_view kName = kSignal == CompletionSignal::kEventQuery ? "evpool" : "evpool-signal";
   explicit EvpoolVariant(int /*threads*/) {}
   void notify(int /*thread*/, cudaStream_t stream, Done done) { (void)queue.notify(stream, done); }
   std::optional<std::chrono::nanoseconds> cpu_time() const { return queue.poller_cpu_time(); }
   std::optional<std::uint64_t> queries() const { return queue.stats().queries; }
-  CompletionQueue queue;
+  CompletionQueue queue{CUDACompletionBackend(), CompletionQueueOptions{.signal = kSignal}};
 };
 
 // One poller is one core: where it is saturated, more queues (each with its poller thread) share
@@ -282,8 +288,9 @@ struct VariantList {
     (f(std::type_identity<Variants>{}), ...);
   }
 };
-using AllVariants = VariantList<EvpoolVariant, EvpoolQueuesVariant<2>, EvpoolQueuesVariant<4>,
-                                HostFuncVariant, EventSyncVariant, FifoVariant, PollAllVariant>;
+using AllVariants =
+    VariantList<EvpoolVariant<CompletionSignal::kEventQuery>, EvpoolVariant<CompletionSignal::kAuto>,
+                EvpoolQueuesVariant<2>, EvpoolQueuesVariant<4>, HostFuncVariant, EventSyncVariant, FifoVariant, PollAllVariant>;
 
 // The open loop's reference: its closed-loop throughput at T threads is the saturation rate the
 // loads are fractions of.
@@ -693,7 +700,8 @@ int main(int argc, char **argv) {
   double saturation_given = 0;
   std::vector<std::string> thread_list;
   std::vector<std::string> load_list = {"0.25", "0.5", "0.75"};
-  std::vector<std::string> variants = {"evpool", "host-func", "event-sync-thread", "tf-fifo", "pika-poll-all"};
+  std::vector<std::string> variants = {"evpool",  "evpool-signal", "host-func", "event-sync-thread",
+                                       "tf-fifo", "pika-poll-all"};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--open-loop") == 0) {
       open_loop = true;

@@ -3,7 +3,9 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -37,6 +39,32 @@ std::optional<std::uint64_t> id_of(cudaStream_t stream) noexcept {
   return std::nullopt;
 }
 
+// Whether `device` can take a 64-bit stream memory write: CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_-
+// STREAM_MEM_OPS (CUDA 12 and later; the _V1 attributes 92 and 93 are deprecated with the v1
+// memory-operation API, and CUDA 12 enables the operations without the kernel module's
+// NVreg_EnableStreamMemOPs). Asked once per device, then kept (a device's attribute does not
+// change while the process runs). Devices beyond the table are asked every time.
+bool can_signal_on(int device) noexcept {
+  constexpr int kKnownDevices = 64;
+  static std::atomic<std::int8_t> known[kKnownDevices] = {};  // 0: not asked; 1: yes; 2: no
+  if (device < 0) return false;
+  // Relaxed: the answer is the same whoever asks; a race asks twice.
+  if (device < kKnownDevices) {
+    if (const std::int8_t answer = known[device].load(std::memory_order_relaxed); answer != 0)
+      return answer == 1;
+  }
+  const detail::DriverEntryPoints &calls = detail::driver();
+  bool can = false;
+  CUdevice handle = 0;
+  int attribute = 0;
+  if (calls.write_value64 != nullptr && calls.get_device_handle != nullptr &&
+      calls.get_device_attribute != nullptr && calls.get_device_handle(&handle, device) == CUDA_SUCCESS &&
+      calls.get_device_attribute(&attribute, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, handle) == CUDA_SUCCESS)
+    can = attribute != 0;
+  if (device < kKnownDevices) known[device].store(can ? 1 : 2, std::memory_order_relaxed);
+  return can;
+}
+
 }  // namespace
 
 void CUDACompletionBackend::check_stream(cudaStream_t stream) const {
@@ -57,12 +85,30 @@ void CUDACompletionBackend::check_stream(cudaStream_t stream) const {
 }
 
 cudaError_t CUDACompletionBackend::record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on) noexcept {
+  return record(stream, event, on, SignalSlot{});
+}
+
+cudaError_t CUDACompletionBackend::record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on,
+                                          const SignalSlot &signal) noexcept {
   detail::CudaStreams streams;
   try {
     // First, so that a request whose record fails keeps its place in its stream's FIFO.
     on.stream_id = id_of(stream);
     on.device = streams.device_of(stream, StreamCapture{});
     event = pool_->Get(on.device);
+    // The signal before the event: a completed event then also means the write was made. Only on
+    // created streams: the special handles mean a stream of the thread's current context to the
+    // driver, which need not be the runtime's device (they are heard through their events).
+    if (signal.word != nullptr && !is_special_handle(stream) && can_signal_on(on.device)) {
+      // CU_STREAM_WRITE_VALUE_DEFAULT: the write is preceded by a memory fence of the stream's
+      // work, with the semantics of __threadfence_system() (completion_backend.h). The device
+      // address is the host address: allocate_signal_words() checked that (unified addressing).
+      const CUresult written = detail::driver().write_value64(reinterpret_cast<CUstream>(stream),
+                                                              reinterpret_cast<CUdeviceptr>(signal.word),
+                                                              signal.value, CU_STREAM_WRITE_VALUE_DEFAULT);
+      // Refused: the request is heard through its event (whose record reports a stream's error).
+      on.signalled = written == CUDA_SUCCESS;
+    }
     streams.record(event.get(), stream, on.device, /*external=*/false);
     return cudaSuccess;
   } catch (const CUDAError &error) {
@@ -94,6 +140,32 @@ std::optional<cudaError_t> CUDACompletionBackend::query(const CUDAEvent &event) 
   if (status == cudaErrorNotReady) return std::nullopt;
   if (status != cudaSuccess) (void)cudaGetLastError();
   return status;
+}
+
+std::uint64_t *CUDACompletionBackend::allocate_signal_words(std::size_t count) noexcept {
+  if (detail::driver().write_value64 == nullptr) return nullptr;  // no driver support: events
+  void *words = nullptr;
+  // Portable: pinned for every context; mapped: the devices can write it.
+  if (cudaHostAlloc(&words, count * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // no device, or no memory: the queue queries events
+    return nullptr;
+  }
+  // The writes name the word by its host address: that needs the device address to be the same
+  // (unified addressing, every 64-bit Linux platform CUDA 12 supports).
+  void *on_device = nullptr;
+  if (cudaHostGetDevicePointer(&on_device, words, 0) != cudaSuccess || on_device != words) {
+    (void)cudaGetLastError();
+    (void)cudaFreeHost(words);
+    return nullptr;
+  }
+  std::memset(words, 0, count * sizeof(std::uint64_t));
+  return static_cast<std::uint64_t *>(words);
+}
+
+void CUDACompletionBackend::free_signal_words(std::uint64_t *words, std::size_t /*count*/) noexcept {
+  // At process exit CUDA may be unloading already: the memory goes with the process.
+  if (cudaFreeHost(words) != cudaSuccess) (void)cudaGetLastError();
 }
 
 void CUDACompletionBackend::give_back(CUDAEvent &&event, int device) noexcept {

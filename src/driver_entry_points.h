@@ -27,6 +27,11 @@ struct DriverEntryPoints {
   PFN_cuStreamQuery_v2000 query = nullptr;
   PFN_cuEventQuery_v2000 query_event = nullptr;
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
+  // Completion signals (cuda_completion_backend.cc): the write, and what tells whether a device
+  // can make it.
+  PFN_cuStreamWriteValue64_v11070 write_value64 = nullptr;
+  PFN_cuDeviceGet_v2000 get_device_handle = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 get_device_attribute = nullptr;
 
   DriverEntryPoints() {
     resolve("cuStreamGetCaptureInfo", 11030, get_capture_info);
@@ -39,6 +44,9 @@ struct DriverEntryPoints {
     resolve("cuStreamQuery", 2000, query);
     resolve("cuEventQuery", 2000, query_event);
     resolve("cuThreadExchangeStreamCaptureMode", 10010, exchange_capture_mode);
+    resolve("cuStreamWriteValue64", 11070, write_value64);
+    resolve("cuDeviceGet", 2000, get_device_handle);
+    resolve("cuDeviceGetAttribute", 2000, get_device_attribute);
   }
 
   bool know_contexts() const noexcept {

@@ -1,17 +1,23 @@
 // A sticky error reaching CompletionQueue's callbacks, for test/cuda_completion_test.cc, which runs
 // this program as a child process (the error leaves the process's context unusable).
+// Usage: evpool_completion_error_scenario query|signal. The queue hears completions through event
+// queries (CompletionSignal::kEventQuery), or through signals where the device can (kAuto): then
+// the faulting stream's request, whose signal never lands, hears its error through the event,
+// queried once the signal has not landed for signal_query_interval (the "queue:" line prints the
+// counts).
 // On device 0, with two streams made beforehand: the fault kernel (support/ptx_kernels.h) runs on
 // the first, a completion is asked for on it and waited for; then one is asked for on the second
 // stream, which had no work, and waited for. The queue is then destroyed, and the callbacks' counts
 // and statuses printed, a line each, "faulting stream: " then "other stream, later: ", as in
 //  faulting stream: callbacks 1, status 719 cudaErrorLaunchFailure (handle: cudaErrorLaunchFailure)
 // Exit status: 0 if both callbacks ran exactly once, each with an error (not cudaSuccess) that
-// its handle reports too; 1 otherwise; 3 if the kernels could not be loaded or launched; 77
-// without a GPU (the reason on stderr).
+// its handle reports too; 1 otherwise; 2 for a bad argument; 3 if the kernels could not be loaded
+// or launched; 77 without a GPU (the reason on stderr).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include "evpool/completion_queue.h"
@@ -34,7 +40,14 @@ bool report(const char *what, const Seen &seen, cudaError_t handle_status) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  if (argc != 2 || (std::strcmp(argv[1], "query") != 0 && std::strcmp(argv[1], "signal") != 0)) {
+    std::fprintf(stderr, "usage: %s query|signal\n", argv[0]);
+    return 2;
+  }
+  const evpool::CompletionSignal signal = std::strcmp(argv[1], "signal") == 0
+                                              ? evpool::CompletionSignal::kAuto
+                                              : evpool::CompletionSignal::kEventQuery;
   int devices = 0;
   if (const cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
     std::fprintf(stderr, "needs a GPU: %s\n", error != cudaSuccess ? cudaGetErrorString(error) : "no device");
@@ -58,7 +71,7 @@ int main() {
   evpool::CUDAEventPool pool;
   {
     std::optional<evpool::CompletionQueue> queue;
-    queue.emplace(evpool::CUDACompletionBackend(pool));
+    queue.emplace(evpool::CUDACompletionBackend(pool), evpool::CompletionQueueOptions{.signal = signal});
     if (const cudaError_t launched = kernels.fault(faulting); launched != cudaSuccess) {
       std::fprintf(stderr, "launching the fault kernel: %s\n", cudaGetErrorName(launched));
       return 3;
@@ -73,6 +86,11 @@ int main() {
     first_handle = on_faulting.wait();
     evpool::Completion on_other = queue->notify(other, callback(second));
     second_handle = on_other.wait();
+    const evpool::CompletionQueueStats stats = queue->stats();
+    std::printf(
+        "queue: requests %llu, signalled %llu, signal reads %llu, queries %llu\n",
+        static_cast<unsigned long long>(stats.requests), static_cast<unsigned long long>(stats.signalled),
+        static_cast<unsigned long long>(stats.signal_reads), static_cast<unsigned long long>(stats.queries));
     queue.reset();  // nothing pending: a callback run twice would show now
   }
   const bool first_ok = report("faulting stream", first, first_handle);

@@ -32,7 +32,11 @@ using Queue = BasicCompletionQueue<HostCompletionBackend>;
 using Completion = Queue::completion;
 using namespace std::chrono_literals;
 
-constexpr CompletionQueueOptions kPolledByTest{CompletionPolling::kCaller};
+// These tests are of the event queries (the fallback of completion signals, and what kEventQuery
+// asks for): their query counts and errors are those of events. completion_signal_test.cc tests
+// the signals.
+constexpr CompletionQueueOptions kPolledByTest{.polling = CompletionPolling::kCaller,
+                                               .signal = CompletionSignal::kEventQuery};
 
 using CompletionQueueTest = test::HostCompletionFixture<>;
 

@@ -3,9 +3,13 @@
 // the order of its stream's requests, the events all back in the queue's pool; callbacks that
 // call CUDA and ask for more; wait(); a capturing stream refused without harm to its capture; the
 // destructor waiting for work in progress; a queue polled by its caller; a stream destroyed with
-// work running whose handle the next stream gets, never finishing the old stream's request early;
-// the special handles caught up in order; and a sticky error, in a child process of its own
-// (completion_error_scenario.cc). Each skips without a GPU.
+// work running whose handle the next stream gets, never finishing the old stream's request early
+// (with event queries and with signals);
+// the special handles caught up in order; completion signals finishing a stream without a query,
+// their callbacks seeing the work's writes, against kEventQuery; and a sticky error, in a child
+// process of its own (completion_error_scenario.cc), with event queries and with signals. Every
+// queue but those told otherwise has the default options (event queries). Each skips without a
+// GPU.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -88,6 +92,9 @@ class CompletionQueueOnGpu : public testing::Test {
       EXPECT_CUDA(cudaDeviceSynchronize());  // before the kernels are unloaded
     }
   }
+
+  // The body of the handle-reuse test below, with one way of hearing completions.
+  void expect_the_old_stream_not_finished_by_the_new(CompletionSignal signal);
 
   std::unique_ptr<CUDAEventPool> pool_;
   std::unique_ptr<PtxKernels> kernels_;
@@ -379,9 +386,18 @@ TEST_F(CompletionQueueOnGpu, ACallerPolledQueueRunsCallbacksOnlyInsidePoll) {
 // once, and so is C, on its idle stream; B's callback must find the plain event complete: B's own
 // work done. Keyed by handle alone, the poller took C's completion for B's (the first poll finished
 // B with the spin running). Polled by the test, so that A, B and C are all filed before a query.
+// Once with event queries, once with signals (C's signal lands at once, and must finish only C).
 TEST_F(CompletionQueueOnGpu, AStreamDestroyedWithWorkRunningIsNotFinishedByTheNextStreamToGetItsHandle) {
+  for (const CompletionSignal signal : {CompletionSignal::kEventQuery, CompletionSignal::kAuto}) {
+    SCOPED_TRACE(signal == CompletionSignal::kAuto ? "signals" : "event queries");
+    expect_the_old_stream_not_finished_by_the_new(signal);
+  }
+}
+
+void CompletionQueueOnGpu::expect_the_old_stream_not_finished_by_the_new(CompletionSignal signal) {
   constexpr int kRounds = 20, kTries = 16;
-  CompletionQueue queue{CUDACompletionBackend(*pool_), CompletionQueueOptions{CompletionPolling::kCaller}};
+  CompletionQueue queue{CUDACompletionBackend(*pool_),
+                        CompletionQueueOptions{.polling = CompletionPolling::kCaller, .signal = signal}};
   int reused = 0, early = 0, failed = 0;
   for (int round = 0; round < kRounds; ++round) {
     cudaStream_t first = nullptr;
@@ -427,7 +443,74 @@ TEST_F(CompletionQueueOnGpu, AStreamDestroyedWithWorkRunningIsNotFinishedByTheNe
   std::printf("the new stream got the destroyed one's handle in %d of %d rounds\n", reused, kRounds);
   EXPECT_EQ(early, 0) << "B's callback ran before its spin ended, in " << early << " of the " << reused
                       << " rounds that reused the handle";
+  std::printf("%llu of %llu requests signalled\n", static_cast<unsigned long long>(queue.stats().signalled),
+              static_cast<unsigned long long>(queue.stats().requests));
+  if (signal == CompletionSignal::kAuto)
+    EXPECT_GT(queue.stats().signalled, 0u) << "the test ran on event queries only: the device takes no signal";
+  else
+    EXPECT_EQ(queue.stats().signalled, 0u);
   EXPECT_EQ(failed, 0);
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
+// Completion signals on a created stream: 16 requests behind a 2 ms spin, each after a 4-byte
+// memset of its own word copied back to pinned host memory; once the stream is done, one pass
+// finishes all 16 in order through the signals, without an event query (the oldest's word, then
+// the newest's), and each callback sees its word's copy landed (the write's fence). The same with
+// kEventQuery takes queries and no signal.
+TEST_F(CompletionQueueOnGpu, SignalsFinishAStreamsRequestsWithoutQueriesAndTheCallbacksSeeTheWorksWrites) {
+  constexpr int kRequests = 16;
+  Stream stream;
+  std::uint32_t *device_words = nullptr, *host_words = nullptr;
+  ASSERT_CUDA(cudaMalloc(reinterpret_cast<void **>(&device_words), kRequests * sizeof(std::uint32_t)));
+  ASSERT_CUDA(cudaMallocHost(reinterpret_cast<void **>(&host_words), kRequests * sizeof(std::uint32_t)));
+  for (CompletionSignal signal : {CompletionSignal::kAuto, CompletionSignal::kEventQuery}) {
+    const char *name = signal == CompletionSignal::kAuto ? "kAuto" : "kEventQuery";
+    for (int i = 0; i < kRequests; ++i) host_words[i] = 0;
+    std::vector<int> order;
+    int unseen = 0;
+    {
+      CompletionQueue queue{CUDACompletionBackend(*pool_),
+                            CompletionQueueOptions{.polling = CompletionPolling::kCaller, .signal = signal}};
+      ASSERT_CUDA(kernels_->spin(stream, 2ms));
+      for (int i = 0; i < kRequests; ++i) {
+        ASSERT_CUDA(cudaMemsetAsync(device_words + i, 0x11 + i, sizeof(std::uint32_t), stream));
+        ASSERT_CUDA(cudaMemcpyAsync(host_words + i, device_words + i, sizeof(std::uint32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+        queue.notify(stream, [&, i](cudaError_t status) {
+          order.push_back(status == cudaSuccess ? i : -1);
+          const std::uint32_t byte = 0x11u + static_cast<std::uint32_t>(i);
+          unseen += host_words[i] != (byte | byte << 8 | byte << 16 | byte << 24);
+        });
+      }
+      ASSERT_CUDA(cudaStreamSynchronize(stream));
+      const CompletionQueueStats before = queue.stats();
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      std::size_t finished = 0;
+      while (finished < kRequests && std::chrono::steady_clock::now() < deadline) finished += queue.poll();
+      const CompletionQueueStats after = queue.stats();
+      EXPECT_EQ(finished, static_cast<std::size_t>(kRequests)) << name;
+      if (signal == CompletionSignal::kAuto) {
+        EXPECT_EQ(after.signalled, static_cast<std::uint64_t>(kRequests)) << "the device takes no signal";
+        EXPECT_EQ(after.queries - before.queries, 0u) << name;
+        EXPECT_GE(after.signal_reads - before.signal_reads, 2u) << name;
+      } else {
+        EXPECT_EQ(after.signalled, 0u);
+        EXPECT_EQ(after.signal_reads, 0u);
+        EXPECT_EQ(after.queries - before.queries, 2u) << name << ": caught up";
+      }
+      std::printf("%s: signalled %llu, signal reads %llu, queries %llu\n", name,
+                  static_cast<unsigned long long>(after.signalled),
+                  static_cast<unsigned long long>(after.signal_reads),
+                  static_cast<unsigned long long>(after.queries));
+    }
+    std::vector<int> expected(kRequests);
+    for (int i = 0; i < kRequests; ++i) expected[i] = i;
+    EXPECT_EQ(order, expected) << name;
+    EXPECT_EQ(unseen, 0) << name << ": a callback did not see its word's copy";
+  }
+  EXPECT_CUDA(cudaFreeHost(host_words));
+  EXPECT_CUDA(cudaFree(device_words));
   EXPECT_EQ(pool_->stats().total().outstanding, 0);
 }
 
@@ -489,7 +572,7 @@ struct ChildOutcome {
   std::string output;  // stdout and stderr
 };
 
-ChildOutcome run_child(const std::filesystem::path &program) {
+ChildOutcome run_child(const std::filesystem::path &program, const char *mode) {
   const std::string log =
       std::filesystem::temp_directory_path() / ("evpool-completion-error-" + std::to_string(getpid()) + ".log");
   posix_spawn_file_actions_t actions;
@@ -497,7 +580,7 @@ ChildOutcome run_child(const std::filesystem::path &program) {
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   const std::string path = program.string();
-  char *argv[] = {const_cast<char *>(path.c_str()), nullptr};
+  char *argv[] = {const_cast<char *>(path.c_str()), const_cast<char *>(mode), nullptr};
   pid_t pid = 0;
   ChildOutcome outcome;
   const int spawned = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv, environ);
@@ -527,14 +610,18 @@ ChildOutcome run_child(const std::filesystem::path &program) {
 }
 
 TEST(CompletionQueueStickyError, ReachesTheCallbackOfItsStreamAndOfALaterRequestOnAnotherOnceEach) {
-  const ChildOutcome outcome = run_child(std::filesystem::read_symlink("/proc/self/exe").parent_path() /
-                                         "evpool_completion_error_scenario");
-  if (outcome.status == 77) GTEST_SKIP() << outcome.output;
-  EXPECT_FALSE(outcome.hung) << "the scenario did not exit within 60 s:\n" << outcome.output;
-  EXPECT_EQ(outcome.status, 0) << outcome.output;
-  EXPECT_NE(outcome.output.find("faulting stream: callbacks 1, status "), std::string::npos) << outcome.output;
-  EXPECT_NE(outcome.output.find("other stream, later: callbacks 1, status "), std::string::npos) << outcome.output;
-  EXPECT_EQ(outcome.output.find("cudaSuccess"), std::string::npos) << outcome.output;
+  for (const char *mode : {"query", "signal"}) {
+    SCOPED_TRACE(mode);
+    const ChildOutcome outcome = run_child(
+        std::filesystem::read_symlink("/proc/self/exe").parent_path() / "evpool_completion_error_scenario", mode);
+    if (outcome.status == 77) GTEST_SKIP() << outcome.output;
+    EXPECT_FALSE(outcome.hung) << "the scenario did not exit within 60 s:\n" << outcome.output;
+    EXPECT_EQ(outcome.status, 0) << outcome.output;
+    EXPECT_NE(outcome.output.find("faulting stream: callbacks 1, status "), std::string::npos) << outcome.output;
+    EXPECT_NE(outcome.output.find("other stream, later: callbacks 1, status "), std::string::npos)
+        << outcome.output;
+    EXPECT_EQ(outcome.output.find("cudaSuccess"), std::string::npos) << outcome.output;
+  }
 }
 
 }  // namespace

@@ -29,6 +29,24 @@
 // lock but the poller's own: they may call CUDA, and may ask this queue for more completions
 // (those go to the polling thread's channel, and are polled at the next pass).
 //
+// Hearing without asking the driver (CompletionSignal::kAuto, opt-in, with a backend that can:
+// CompletionSignalBackend). The default stays kEventQuery until the signals have been measured
+// against the queries on a GPU host: each signalled request adds a driver call on the asking
+// thread (the write, beside the event's record), which may cost more than the poller saves. A query contends for the driver's locks with every enqueuing
+// thread, and a saturated poller spends its pass on them. So each request also takes a slot, a
+// 64-bit word of pinned host memory, from its thread's block (signal_slots.h), and the backend
+// enqueues behind the work a write of a number into it (cuStreamWriteValue64); the poller reads
+// the word where it would have queried the event: landed (the word holds the request's number or
+// more), the request is done, with kSuccess, and catching up works as before (the newest
+// request's word finishes its FIFO). Why the event is still recorded and queried, rarely: a write
+// behind failed work never lands (a fault makes the context's error sticky, and the stream runs
+// nothing more), so a request whose signal has not landed has its event queried once every
+// `signal_query_interval` (1 ms by default): a sticky error reaches its callback within about that
+// time, and a request that waits for long work costs one query a millisecond instead of one a
+// pass. A request without a signal (its thread's 64 slots are all in flight, the shared channel,
+// a device or stream that cannot, CompletionSignal::kEventQuery) is queried as before. The
+// memory orders of the write and the read are in completion_backend.h and at the read below.
+//
 // Exactly once. A request is in exactly one place at a time: a channel, a FIFO (or, after an
 // allocation failure, its channel's `unplaced` list), then finished. Only the poller moves it
 // between them, and it finishes a request when it takes it out of its FIFO, before anything else
@@ -88,6 +106,7 @@
 #include "evpool/detail/poller_wait.h"
 #include "evpool/detail/polling_thread.h"
 #include "evpool/detail/request_channel.h"
+#include "evpool/detail/signal_slots.h"
 #include "evpool/detail/stream_fifos.h"
 #include "evpool/detail/thread_cpu_time.h"
 #include "evpool/detail/thread_cache_directory.h"
@@ -100,6 +119,12 @@ enum class CompletionPolling {
   kCaller,     ///< the caller's own loop, through poll()
 };
 
+/// How a completion queue hears that a request's work is done.
+enum class CompletionSignal {
+  kAuto,        ///< a completion signal where the backend, device and stream can; the event elsewhere
+  kEventQuery,  ///< always the request's event, queried by the poller
+};
+
 struct CompletionQueueOptions {
   CompletionPolling polling = CompletionPolling::kOwnThread;
   /// kOwnThread: how long the poller keeps polling without a pause after its last progress,
@@ -108,6 +133,12 @@ struct CompletionQueueOptions {
   /// kOwnThread: the longest sleep between two passes while requests are in progress (the most a
   /// long-running piece of work can be seen late). Between 1 us and 1 s.
   std::chrono::nanoseconds max_sleep = std::chrono::microseconds(200);
+  /// How the poller hears of completions (see the top). kAuto falls back to the events where no
+  /// signal can be made (no driver entry point, a device without 64-bit stream memory operations).
+  CompletionSignal signal = CompletionSignal::kEventQuery;
+  /// kAuto: how long a request whose signal has not landed waits between queries of its event
+  /// (the only way it learns of an error; 0: at every read). Between 0 and 1 s.
+  std::chrono::nanoseconds signal_query_interval = std::chrono::milliseconds(1);
 };
 
 /// Counts since the queue was made. Exact when no call runs; otherwise each count is a recent value.
@@ -115,6 +146,8 @@ struct CompletionQueueStats {
   std::uint64_t requests = 0;             ///< requests the poller has taken from the requesters
   std::uint64_t completions = 0;          ///< requests done (callback run, event returned)
   std::uint64_t queries = 0;              ///< event queries made by the poller
+  std::uint64_t signal_reads = 0;         ///< reads of a completion signal's word by the poller
+  std::uint64_t signalled = 0;            ///< requests taken by the poller that carry a signal
   std::uint64_t passes = 0;               ///< polling passes
   std::uint64_t sleeps = 0;               ///< times the queue's poller thread went to sleep
   std::uint64_t callback_exceptions = 0;  ///< callbacks that threw
@@ -151,6 +184,19 @@ class BasicCompletionQueue {
   /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
   /// may run concurrently, or begin after; handles may outlive the queue.
   ~BasicCompletionQueue() {
+    destroy();
+    // Last: every request is finished, so no slot is in use (the blocks of channels still held by
+    // their threads are never touched again).
+    if constexpr (kCanSignal)
+      signal_slots_.release([this](std::uint64_t *words, std::size_t count) noexcept {
+        backend_.free_signal_words(words, count);
+      });
+  }
+
+ private:
+  static constexpr bool kCanSignal = CompletionSignalBackend<Backend>;
+
+  void destroy() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
       forget_in_fork_child();
     if (poller_ != nullptr) {
@@ -170,6 +216,7 @@ class BasicCompletionQueue {
     shared_channel_->let_go(channel_type::kQueue);
   }
 
+ public:
   /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
   /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
   /// or an error (a sticky device error included), also one that kept the request from being
@@ -219,6 +266,8 @@ class BasicCompletionQueue {
     stats.requests = requests_.load(std::memory_order_relaxed);
     stats.completions = completions_.load(std::memory_order_relaxed);
     stats.queries = queries_.load(std::memory_order_relaxed);
+    stats.signal_reads = signal_reads_.load(std::memory_order_relaxed);
+    stats.signalled = signalled_.load(std::memory_order_relaxed);
     stats.passes = passes_.load(std::memory_order_relaxed);
     stats.sleeps = sleeps_.load(std::memory_order_relaxed);
     stats.callback_exceptions = callback_exceptions_.load(std::memory_order_relaxed);
@@ -255,6 +304,13 @@ class BasicCompletionQueue {
     if (options.max_sleep < std::chrono::microseconds(1) || options.max_sleep > std::chrono::seconds(1))
       throw std::invalid_argument(where + "max_sleep is " + std::to_string(options.max_sleep.count()) +
                                   " ns; it must be between 1 us and 1 s");
+    if (options.signal != CompletionSignal::kAuto && options.signal != CompletionSignal::kEventQuery)
+      throw std::invalid_argument(where + "signal is " + std::to_string(static_cast<int>(options.signal)) +
+                                  ", neither kAuto (0) nor kEventQuery (1)");
+    if (options.signal_query_interval < nanoseconds(0) || options.signal_query_interval > std::chrono::seconds(1))
+      throw std::invalid_argument(where + "signal_query_interval is " +
+                                  std::to_string(options.signal_query_interval.count()) +
+                                  " ns; it must be between 0 and 1 s");
     return options;
   }
 
@@ -269,9 +325,23 @@ class BasicCompletionQueue {
 
   completion submit(request_type *request) noexcept {
     request->queue = id_;
-    request->status = backend_.record(request->stream(), request->event(), request->recorded_on);
+    channel_type &channel = this_threads_channel();
+    if constexpr (kCanSignal) {
+      SignalSlot signal;
+      if (channel.signals != nullptr) {
+        if (const std::optional<unsigned> slot = channel.signals->take()) {
+          request->signal_block = channel.signals;
+          request->signal_slot = *slot;
+          signal = SignalSlot{channel.signals->word(*slot), channel.signals->next_value()};
+        }
+      }
+      request->status = backend_.record(request->stream(), request->event(), request->recorded_on, signal);
+      if (request->recorded_on.signalled) request->signal = signal;
+    } else {
+      request->status = backend_.record(request->stream(), request->event(), request->recorded_on);
+    }
     request->failed_to_record = request->status != Backend::kSuccess;
-    this_threads_channel().push(request);
+    channel.push(request);
     doorbell_.value.ring();
     return completion(request);
   }
@@ -290,7 +360,13 @@ class BasicCompletionQueue {
       return static_cast<channel_type &>(*link);
     auto *channel = new (std::nothrow) channel_type(channel_type::kThread | channel_type::kQueue);
     if (channel == nullptr) return *shared_channel_;
+    if constexpr (kCanSignal) {
+      if (options_.signal == CompletionSignal::kAuto)
+        channel->signals = signal_slots_.take(
+            [this](std::size_t count) noexcept { return backend_.allocate_signal_words(count); });
+    }
     if (!detail::add_thread_cache(id_, channel)) {
+      signal_slots_.give_back(channel->signals);
       channel->let_go(channel_type::kThread | channel_type::kQueue);
       return *shared_channel_;
     }
@@ -319,15 +395,39 @@ class BasicCompletionQueue {
       if (channel->thread_gone() && channel->in_progress == 0 && channel->unplaced == nullptr &&
           !channel->has_requests()) {
         unlink(previous, *channel);
+        signal_slots_.give_back(channel->signals);  // its requests are finished: every slot is free
         channel->let_go(channel_type::kQueue);
       } else {
         previous = channel;
       }
       channel = next;
     }
+    std::int64_t now = 0;  // read once a pass, when a signal is first found missing
     pass.finished = fifos_.finish_completed(
-        [this](request_type &request) noexcept -> std::optional<status_type> {
+        [this, &now](request_type &request) noexcept -> std::optional<status_type> {
           if (request.failed_to_record) return request.status;
+          if (request.signal.word != nullptr) {
+            signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+            // Acquire: the device's write of the value follows the work and a system-scope fence
+            // of the work's writes (completion_backend.h; the host seam's completer stores with
+            // release): the callbacks, which run after this load, see what the work wrote. The
+            // word is never written by the host, so a value this high is the request's own
+            // write, or a later one enqueued after it was finished (signal_slots.h).
+            if (std::atomic_ref<std::uint64_t>(*request.signal.word).load(std::memory_order_acquire) >=
+                request.signal.value)
+              return Backend::kSuccess;
+            // Not landed: pending, or behind failed work, whose write never lands. Only the event
+            // tells which, asked once per interval (see the top).
+            if (now == 0) now = steady_now();
+            if (request.next_event_query == 0) {
+              request.next_event_query = now + options_.signal_query_interval.count();
+              if (options_.signal_query_interval.count() != 0) return std::nullopt;
+            } else if (now < request.next_event_query) {
+              return std::nullopt;
+            } else {
+              request.next_event_query = now + options_.signal_query_interval.count();
+            }
+          }
           queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
           return backend_.query(std::as_const(request.event()));
         },
@@ -360,6 +460,8 @@ class BasicCompletionQueue {
         fifos_.append(channel, *pending, /*in_channel_order=*/&channel != shared_channel_);
         pass.took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        if (pending->signal.word != nullptr)
+          signalled_.store(signalled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       } catch (const std::bad_alloc &) {
         pending->next = next;
         channel.unplaced = pending;  // the next pass tries again, in the same order
@@ -396,6 +498,9 @@ class BasicCompletionQueue {
                                  std::memory_order_relaxed);
     }
     backend_.give_back(std::move(request.event()), request.device());
+    // After the last read of the slot's word: the requester that takes it next enqueues a new
+    // write (signal_slots.h).
+    if (request.signal_block != nullptr) request.signal_block->give_back(request.signal_slot);
     completions_.store(completions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     request.finish();
     request.release();  // the queue's reference
@@ -479,6 +584,11 @@ class BasicCompletionQueue {
     return step;
   }
 
+  static std::int64_t steady_now() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   // The first call in a fork() child (see the top): forget the parent's requests and poller.
   [[gnu::noinline]] void forget_in_fork_child() noexcept {
     fork_guard_.forget_once([this]() noexcept {
@@ -489,6 +599,7 @@ class BasicCompletionQueue {
         channel.in_progress = 0;
       };
       forget(*shared_channel_);
+      signal_slots_.forget_all();
       for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;
            channel = channel->next_channel)
         forget(*channel);
@@ -522,6 +633,8 @@ class BasicCompletionQueue {
   detail::StreamFifos<request_type, channel_type> fifos_;
   std::atomic<std::uint64_t> completions_{0};
   std::atomic<std::uint64_t> queries_{0};
+  std::atomic<std::uint64_t> signal_reads_{0};
+  std::atomic<std::uint64_t> signalled_{0};
   std::atomic<std::uint64_t> passes_{0};
   std::atomic<std::uint64_t> sleeps_{0};
   std::atomic<std::uint64_t> callback_exceptions_{0};
@@ -529,6 +642,8 @@ class BasicCompletionQueue {
 
   std::atomic<bool> stopping_{false};
   std::thread *poller_ = nullptr;
+  // The blocks of completion-signal slots, one per thread with a channel (signal_slots.h).
+  detail::SignalSlotPool signal_slots_;
 };
 
 }  // namespace evpool

@@ -12,6 +12,15 @@
 // cudaStreamGetId for the special handles), which names the stream for the process's life where
 // its handle does not (completion_backend.h).
 //
+// Completion signals (the default, CompletionSignal::kAuto): the backend also enqueues, before the
+// event, a cuStreamWriteValue64 of the request's number into a word of pinned, portable, mapped
+// host memory (allocate_signal_words, cudaHostAlloc), which the poller reads instead of querying
+// the event (basic_completion_queue.h, detail/signal_slots.h). Where the driver lacks the entry
+// point, a device reports no CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (the attribute
+// of CUDA 12 and 13; the _V1 attributes belong to the deprecated v1 API), the memory cannot be
+// allocated or mapped at its host address, or the stream is one of the special handles (0,
+// cudaStreamLegacy, cudaStreamPerThread), the request is heard through its event as before.
+//
 // Why not cudaLaunchHostFunc: its callback runs on a driver thread, may make no CUDA call, and
 // holds up the stream while it runs; each costs a host-function node in the stream (docs/
 // completions.md has the measurements).
@@ -21,6 +30,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "evpool/basic_completion_queue.h"
@@ -52,6 +63,21 @@ class EVPOOL_API CUDACompletionBackend {
   /// stream). Never throws.
   cudaError_t record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on) noexcept;
 
+  /// As above, and if `signal.word` is set, `stream` a created stream and its device can
+  /// (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS), enqueues before the event a
+  /// cuStreamWriteValue64 of `signal.value` into `*signal.word` and sets `on.signalled`.
+  /// Never throws.
+  cudaError_t record(cudaStream_t stream, CUDAEvent &event, RecordedOn &on, const SignalSlot &signal) noexcept;
+
+  /// `count` zeroed words of pinned, portable, mapped host memory whose device address is their
+  /// host address, or nullptr (no device, no cuStreamWriteValue64, no unified addressing).
+  /// Never throws. May block in the driver (cudaHostAlloc).
+  std::uint64_t *allocate_signal_words(std::size_t count) noexcept;
+
+  /// Frees what allocate_signal_words() returned (cudaFreeHost, which may wait for the device).
+  /// Never throws.
+  void free_signal_words(std::uint64_t *words, std::size_t count) noexcept;
+
   /// cudaSuccess or the work's error once it completed; nothing while it runs. Never throws.
   std::optional<cudaError_t> query(const CUDAEvent &event) noexcept;
 
@@ -63,6 +89,8 @@ class EVPOOL_API CUDACompletionBackend {
  private:
   CUDAEventPool *pool_;
 };
+
+static_assert(CompletionSignalBackend<CUDACompletionBackend>);
 
 using CompletionQueue = BasicCompletionQueue<CUDACompletionBackend>;
 using Completion = BasicCompletion<CUDACompletionBackend>;

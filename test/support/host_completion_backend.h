@@ -17,6 +17,15 @@
 // early. give_back() counts those (early_finishes(), first_early_finish()), and every completion
 // test's fixture checks the count at its end (host_completion_fixture.h).
 //
+// Completion signals (CompletionSignalBackend): record() with a signal registers the word and value
+// with the work it records, and the "GPU" writes the value, with a release store, when the test
+// completes the work through its number, unless that work failed (fail_from): a write behind
+// failed work never lands, as on a GPU after a fault. allocate_signal_words() hands out plain
+// zeroed words (or nothing, after refuse_signal_words()); a device told cannot_signal() takes no
+// signal write, as a device without 64-bit stream memory operations. The pending writes of a work
+// are kept under a mutex that only record() and the completers take, never the poller: the
+// poller meets the seam only through the word's release store, as it meets the device's write.
+//
 // Everything the backend keeps per token is a relaxed atomic indexed by the token's serial: the
 // seam adds no ordering of its own between a requester's record() and the poller's query(), so
 // that ThreadSanitizer sees exactly the ordering the queue provides (a mutex here would hide a
@@ -28,6 +37,8 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,11 +60,16 @@ class HostWork {
   /// Unique in the process, never reused (CUDA's cudaStreamGetId).
   std::uint64_t id() const noexcept { return id_; }
 
-  /// The work through number `last` is done (never undone: a lower number changes nothing).
+  /// The work through number `last` is done (never undone: a lower number changes nothing); the
+  /// signals of the work done without error land. As on a GPU, where the write comes before the
+  /// event, a signalled record's query says done only once its signal has landed (or, for
+  /// failed work, been dropped): so no request is finished while its word may still be written.
   void complete_through(std::uint64_t last) noexcept {
     std::uint64_t seen = completed_.load(std::memory_order_relaxed);
     while (seen < last && !completed_.compare_exchange_weak(seen, last, std::memory_order_relaxed)) {
     }
+    const std::lock_guard lock(signals_mutex_);
+    land_signals();
   }
   /// Everything enqueued so far is done.
   void complete_all() noexcept { complete_through(enqueued()); }
@@ -69,6 +85,40 @@ class HostWork {
  private:
   friend class HostCompletionBackend;
 
+  struct PendingSignal {
+    std::uint64_t number;
+    std::uint64_t *word;
+    std::uint64_t value;
+    std::atomic<std::uint64_t> *pending;  // the record's mark, cleared once the write is made
+    std::uint64_t registration;           // what the mark holds for this signal
+  };
+
+  // record(): the signal of work `number` lands once the work is done (at once if it is).
+  void add_signal(const PendingSignal &signal) {
+    const std::lock_guard lock(signals_mutex_);
+    pending_signals_.push_back(signal);
+    land_signals();
+  }
+
+  // Under signals_mutex_: writes the signals of the work done without error, forgets those of
+  // failed work (they never land).
+  void land_signals() noexcept {
+    const std::uint64_t completed = completed_.load(std::memory_order_relaxed);
+    const std::uint64_t error_from = error_from_.load(std::memory_order_relaxed);
+    std::erase_if(pending_signals_, [&](const PendingSignal &signal) {
+      if (signal.number > completed) return false;
+      // Release: the "device's" fence before its write; the poller reads with acquire.
+      if (signal.number < error_from)
+        std::atomic_ref<std::uint64_t>(*signal.word).store(signal.value, std::memory_order_release);
+      // After the write: the record's query may say done from now on. A compare-exchange: the
+      // event (and its mark) may already serve a later record, whose mark must stay. Relaxed, as
+      // every mark of the seam (see the top).
+      std::uint64_t expected = signal.registration;
+      signal.pending->compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+      return true;
+    });
+  }
+
   static inline std::atomic<std::uint64_t> next_id{1};
 
   // Relaxed: the id only has to be unique.
@@ -77,6 +127,8 @@ class HostWork {
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> error_from_{UINT64_MAX};
   std::atomic<int> error_status_{0};
+  std::mutex signals_mutex_;
+  std::vector<PendingSignal> pending_signals_;
 };
 
 /// A stream handle: names one HostWork at a time. The work calls act on the one it names now.
@@ -152,6 +204,10 @@ class HostCompletionBackend {
   }
 
   int record(HostWorkStream *stream, event_type &event, RecordedOn &on) noexcept {
+    return record(stream, event, on, SignalSlot{});
+  }
+
+  int record(HostWorkStream *stream, event_type &event, RecordedOn &on, const SignalSlot &signal) noexcept {
     HostWork &work = stream->work();  // read once: the record and the id name the same stream
     on.device = stream->device();
     if (!stream->id_hidden_.load(std::memory_order_relaxed)) on.stream_id = work.id();
@@ -167,13 +223,49 @@ class HostCompletionBackend {
     // number (0): no work to wait for.
     State::Record &slot = state_->records[serial];
     slot.work.store(&work, std::memory_order_relaxed);
+    // A previous record of this event may still be marked (its write made, the mark not yet
+    // cleared): this record is not that one's.
+    slot.pending_signal.store(0, std::memory_order_relaxed);
     if (const int error = stream->record_error_.load(std::memory_order_relaxed); error != 0) {
       slot.number.store(0, std::memory_order_relaxed);
       return error;
     }
-    slot.number.store(work.enqueued_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    const std::uint64_t number = work.enqueued_.fetch_add(1, std::memory_order_relaxed) + 1;
+    slot.number.store(number, std::memory_order_relaxed);
+    if (signal.word != nullptr && can_signal(on.device)) {
+      // Relaxed: a unique number, and the mark that the query reads (see complete_through).
+      const std::uint64_t registration = state_->registrations.fetch_add(1, std::memory_order_relaxed) + 1;
+      slot.pending_signal.store(registration, std::memory_order_relaxed);
+      try {
+        work.add_signal({number, signal.word, signal.value, &slot.pending_signal, registration});
+        on.signalled = true;
+      } catch (...) {
+        slot.pending_signal.store(0, std::memory_order_relaxed);  // no memory: heard through the event
+      }
+    }
     return kSuccess;
   }
+
+  std::uint64_t *allocate_signal_words(std::size_t count) noexcept {
+    if (state_->refuse_words.load(std::memory_order_relaxed)) return nullptr;
+    auto *words = new (std::nothrow) std::uint64_t[count]();
+    if (words != nullptr) state_->signal_words.fetch_add(count, std::memory_order_relaxed);
+    return words;
+  }
+
+  void free_signal_words(std::uint64_t *words, std::size_t count) noexcept {
+    state_->signal_words.fetch_sub(count, std::memory_order_relaxed);
+    delete[] words;
+  }
+
+  /// allocate_signal_words() returns nullptr from now on (a driver without cuStreamWriteValue64).
+  void refuse_signal_words() noexcept { state_->refuse_words.store(true, std::memory_order_relaxed); }
+  /// Records on `device` (0 to 31) take no signal write (no 64-bit stream memory operations).
+  void cannot_signal(int device) noexcept {
+    state_->unsignalling_devices.fetch_or(std::uint32_t{1} << device, std::memory_order_relaxed);
+  }
+  /// Signal words allocated and not freed.
+  std::uint64_t signal_words() const noexcept { return state_->signal_words.load(std::memory_order_relaxed); }
 
   std::optional<int> query(const event_type &event) noexcept {
     if (state_->query_hook) state_->query_hook();
@@ -184,6 +276,8 @@ class HostCompletionBackend {
     const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
     if (work.completed_.load(std::memory_order_relaxed) < number) return std::nullopt;
+    if (slot.pending_signal.load(std::memory_order_relaxed) != 0)
+      return std::nullopt;  // the write comes first
     return number >= work.error_from_.load(std::memory_order_relaxed)
                ? work.error_status_.load(std::memory_order_relaxed)
                : kSuccess;
@@ -229,15 +323,25 @@ class HostCompletionBackend {
   pool_type &pool() const noexcept { return *pool_; }
 
  private:
+  bool can_signal(int device) const noexcept {
+    return device < 0 || device >= 32 ||
+           (state_->unsignalling_devices.load(std::memory_order_relaxed) & (std::uint32_t{1} << device)) == 0;
+  }
+
   struct State {
     struct Record {
       std::atomic<HostWork *> work{nullptr};
       std::atomic<std::uint64_t> number{0};
       std::atomic<std::uint64_t> queries{0};
+      std::atomic<std::uint64_t> pending_signal{0};  // a registration whose write is not made yet
     };
     std::unique_ptr<Record[]> records{new Record[kTrackedSerials]};
     std::atomic<std::uint64_t> queries{0};
     std::atomic<std::uint64_t> given_back{0};
+    std::atomic<bool> refuse_words{false};
+    std::atomic<std::uint32_t> unsignalling_devices{0};
+    std::atomic<std::uint64_t> signal_words{0};
+    std::atomic<std::uint64_t> registrations{0};
     std::function<void()> query_hook;
     std::function<void()> give_back_hook;
     std::atomic<std::uint64_t> early{0};
@@ -266,5 +370,7 @@ class HostCompletionBackend {
   pool_type *pool_;
   std::shared_ptr<State> state_;
 };
+
+static_assert(CompletionSignalBackend<HostCompletionBackend>);
 
 }  // namespace evpool::test

@@ -38,6 +38,7 @@
 
 #include "evpool/completion_backend.h"
 #include "evpool/detail/backoff.h"
+#include "evpool/detail/signal_slots.h"
 
 namespace evpool::detail {
 
@@ -106,6 +107,16 @@ class CompletionRequest {
   status_type status{};
   /// Set when record() failed: the request completes with this status without a query.
   bool failed_to_record = false;
+  /// The request's completion signal (signal_slots.h), if its record enqueued one: `signal.word`
+  /// is then set, and the request is done once the word holds `signal.value` or more. The slot,
+  /// taken from `signal_block` (null: none taken), goes back to it when the request is finished.
+  /// Written by the requester before the push.
+  SignalSlot signal;
+  SignalSlots *signal_block = nullptr;
+  unsigned signal_slot = 0;
+  /// Poller-private: when (steady clock, ns) to query the event of a request whose signal has not
+  /// landed; 0 until its first read that found the signal missing.
+  std::int64_t next_event_query = 0;
   /// What the callback threw, if it threw.
   std::exception_ptr callback_exception;
   /// The channel's link, then the stream FIFO's (see the top).

@@ -37,6 +37,8 @@
 
 namespace evpool::detail {
 
+class SignalSlots;
+
 template <class Request, template <class> class Atomic = std::atomic>
 class RequestChannel final : public ThreadCacheLink {
  public:
@@ -103,6 +105,10 @@ class RequestChannel final : public ThreadCacheLink {
   std::uint64_t in_progress = 0;
   /// Requests taken that could not be filed for want of memory, oldest first (poller-private).
   Request *unplaced = nullptr;
+  /// The thread's completion-signal slots (signal_slots.h), or null: set by the thread before the
+  /// channel is published, given back to the queue's pool by the poller when it lets go of the
+  /// channel. The shared channel has none.
+  SignalSlots *signals = nullptr;
 
  private:
   ~RequestChannel() = default;

@@ -1,0 +1,282 @@
+// BasicCompletionQueue's completion signals (CompletionSignal::kAuto) through
+// HostCompletionBackend, whose "GPU" writes a request's word when the test completes its work,
+// and never for work that failed: one read of the newest word finishes a stream's FIFO without a
+// query; pending requests cost reads, not queries, within the query interval; an error still
+// reaches the callback through the rare event query; order, handles given to new streams, the
+// bound of 64 slots per thread and their reuse; and the fallbacks to event queries (no signal
+// memory, a device that cannot, kEventQuery). Polled by the test (kCaller), but for the last test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "evpool/basic_completion_queue.h"
+#include "support/host_completion_backend.h"
+#include "support/host_completion_fixture.h"
+
+namespace evpool {
+namespace {
+
+using test::HostCompletionBackend;
+using test::HostWork;
+using test::HostWorkStream;
+using Queue = BasicCompletionQueue<HostCompletionBackend>;
+using Completion = Queue::completion;
+using namespace std::chrono_literals;
+
+// Signals, and an interval between event queries long enough that no test pass reaches it.
+constexpr CompletionQueueOptions kSignalled{.polling = CompletionPolling::kCaller,
+                                            .signal = CompletionSignal::kAuto,
+                                            .signal_query_interval = std::chrono::seconds(1)};
+
+CompletionQueueOptions signalled_every(std::chrono::nanoseconds interval) {
+  CompletionQueueOptions options = kSignalled;
+  options.signal_query_interval = interval;
+  return options;
+}
+
+using CompletionSignalTest = test::HostCompletionFixture<>;
+
+TEST_F(CompletionSignalTest, OneReadOfTheNewestSignalFinishesAStreamsRequestsWithoutAQuery) {
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  std::vector<int> order;
+  for (int i = 1; i <= 8; ++i)
+    queue.notify(&stream, [&order, i](int status) { order.push_back(status == 0 ? i : -i); });
+  EXPECT_EQ(queue.poll(), 0u);
+  const CompletionQueueStats before = queue.stats();
+  EXPECT_EQ(before.signalled, 8u);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 8u);
+  const CompletionQueueStats after = queue.stats();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(after.signal_reads - before.signal_reads, 2u) << "the oldest's word, then the newest's";
+  EXPECT_EQ(after.queries, 0u);
+  EXPECT_EQ(backend_.queries(), 0u) << "no event was queried";
+}
+
+TEST_F(CompletionSignalTest, PendingRequestsAreReadNotQueriedWithinTheInterval) {
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  for (int i = 0; i < 8; ++i) queue.notify(&stream);
+  for (int pass = 0; pass < 10; ++pass) EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signal_reads, 10u) << "one read a pass, of the oldest";
+  EXPECT_EQ(backend_.queries(), 0u);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 8u);
+}
+
+TEST_F(CompletionSignalTest, CallbacksOfAStreamPartlyDoneRunInOrderAsTheirSignalsLand) {
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  std::vector<int> order;
+  for (int i = 1; i <= 8; ++i) queue.notify(&stream, [&order, i](int) { order.push_back(i); });
+  stream.complete_through(5);
+  EXPECT_EQ(queue.poll(), 5u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(queue.poll(), 0u);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 3u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(backend_.queries(), 0u);
+}
+
+// A fault ends the stream's work and its signal writes never land: the event, queried once the
+// interval has passed, brings the error; the request before the fault completes through its
+// signal with success.
+TEST_F(CompletionSignalTest, AnErrorReachesTheCallbackThoughTheSignalNeverLands) {
+  HostWorkStream stream;
+  Queue queue(backend_, signalled_every(5ms));
+  std::vector<int> statuses;
+  for (int i = 0; i < 3; ++i) queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
+  stream.fail_from(2, 700);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 1u) << "the first request's signal landed";
+  EXPECT_EQ(statuses, (std::vector<int>{0}));
+  EXPECT_EQ(queue.poll(), 0u) << "within the interval, the event is not asked";
+  const std::uint64_t queries_before = backend_.queries();
+  EXPECT_EQ(queries_before, 0u);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (statuses.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    queue.poll();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{0, 700, 700}));
+  EXPECT_GE(backend_.queries(), 1u);
+  EXPECT_LE(backend_.queries(), 4u) << "about one query per interval, not one per pass";
+}
+
+TEST_F(CompletionSignalTest, WithAZeroIntervalAnErrorIsQueriedAtTheFirstMiss) {
+  HostWorkStream stream;
+  Queue queue(backend_, signalled_every(0ns));
+  std::vector<int> statuses;
+  for (int i = 0; i < 2; ++i) queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
+  stream.fail_from(1, 700);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 2u);
+  EXPECT_EQ(statuses, (std::vector<int>{700, 700}));
+}
+
+TEST_F(CompletionSignalTest, AHandleGivenToANewStreamDoesNotFinishTheOldStreamsRequests) {
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  std::vector<char> order;
+  queue.notify(&stream, [&order](int) { order.push_back('A'); });
+  queue.notify(&stream, [&order](int) { order.push_back('B'); });
+  HostWork &old = stream.recreate();
+  queue.notify(&stream, [&order](int) { order.push_back('C'); });
+  old.complete_through(1);
+  stream.complete_all();  // the new stream's C
+  EXPECT_EQ(queue.poll(), 2u);
+  EXPECT_EQ(order, (std::vector<char>{'A', 'C'})) << "B's work still runs";
+  old.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(order, (std::vector<char>{'A', 'C', 'B'}));
+}
+
+// A thread holds 64 slots: its 65th request in flight goes without a signal (heard through its
+// event), and once they are finished, the slots serve new requests, whose words still hold the
+// values of the earlier ones: a request is only done once its own value, higher, lands.
+TEST_F(CompletionSignalTest, SixtyFourSlotsPerThreadAreReusedAndOldValuesFinishNothing) {
+  constexpr int kRequests = 70;
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  int calls = 0;
+  for (int i = 0; i < kRequests; ++i) queue.notify(&stream, [&calls](int) { ++calls; });
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signalled, 64u);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), static_cast<std::size_t>(kRequests));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Completion> handles;
+    for (int i = 0; i < 64; ++i) handles.push_back(queue.notify(&stream, [&calls](int) { ++calls; }));
+    EXPECT_EQ(queue.poll(), 0u) << "round " << round << ": a slot's old value finished a new request";
+    stream.complete_through(stream.enqueued() - 10);
+    EXPECT_EQ(queue.poll(), 54u) << "round " << round;
+    for (int i = 0; i < 54; ++i) EXPECT_TRUE(handles[i].ready());
+    for (int i = 54; i < 64; ++i) EXPECT_FALSE(handles[i].ready());
+    stream.complete_all();
+    EXPECT_EQ(queue.poll(), 10u) << "round " << round;
+  }
+  EXPECT_EQ(queue.stats().signalled, 64u * 4);
+  EXPECT_EQ(calls, kRequests + 3 * 64);
+}
+
+TEST_F(CompletionSignalTest, TheSignalMemoryIsFreedWithTheQueueAndNoneIsTakenForEventQueries) {
+  HostWorkStream stream;
+  {
+    Queue queue(backend_, kSignalled);
+    queue.notify(&stream);
+    EXPECT_GT(backend_.signal_words(), 0u);
+    stream.complete_all();
+  }
+  EXPECT_EQ(backend_.signal_words(), 0u);
+  {
+    CompletionQueueOptions options = kSignalled;
+    options.signal = CompletionSignal::kEventQuery;
+    Queue queue(backend_, options);
+    queue.notify(&stream);
+    EXPECT_EQ(backend_.signal_words(), 0u);
+    stream.complete_all();
+    EXPECT_EQ(queue.poll(), 1u);
+    EXPECT_EQ(queue.stats().signalled, 0u);
+    EXPECT_EQ(queue.stats().queries, 1u);
+  }
+}
+
+TEST_F(CompletionSignalTest, WithoutSignalMemoryTheQueueQueriesEvents) {
+  backend_.refuse_signal_words();
+  HostWorkStream stream;
+  Queue queue(backend_, kSignalled);
+  std::vector<int> statuses;
+  for (int i = 0; i < 4; ++i) queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
+  EXPECT_EQ(queue.poll(), 0u);
+  stream.fail_from(4, 700);
+  stream.complete_all();
+  EXPECT_EQ(queue.poll(), 4u);
+  EXPECT_EQ(statuses, (std::vector<int>{0, 0, 0, 700}));
+  EXPECT_EQ(queue.stats().signalled, 0u);
+  EXPECT_EQ(queue.stats().signal_reads, 0u);
+  EXPECT_GE(queue.stats().queries, 2u);
+}
+
+// Device 1 cannot make the signal write: its requests are heard through their events, device 0's
+// through their signals, in one queue and one thread.
+TEST_F(CompletionSignalTest, ADeviceThatCannotSignalIsHeardThroughItsEvents) {
+  backend_.cannot_signal(1);
+  HostWorkStream on_0(0), on_1(1);
+  Queue queue(backend_, kSignalled);
+  int done_0 = 0, done_1 = 0;
+  for (int i = 0; i < 4; ++i) {
+    queue.notify(&on_0, [&done_0](int status) { done_0 += status == 0; });
+    queue.notify(&on_1, [&done_1](int status) { done_1 += status == 0; });
+  }
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signalled, 4u);
+  const std::uint64_t queries = backend_.queries();
+  EXPECT_EQ(queries, 1u) << "only device 1's oldest is queried";
+  on_0.complete_all();
+  on_1.complete_all();
+  EXPECT_EQ(queue.poll(), 8u);
+  EXPECT_EQ(done_0, 4);
+  EXPECT_EQ(done_1, 4);
+  EXPECT_EQ(backend_.queries() - queries, 2u) << "device 1: the oldest and the newest";
+}
+
+TEST_F(CompletionSignalTest, TheSignalOptionsOutOfRangeAreRefusedByValue) {
+  CompletionQueueOptions options;
+  options.signal = static_cast<CompletionSignal>(7);
+  EXPECT_THROW(Queue(backend_, options), std::invalid_argument);
+  options = {};
+  options.signal_query_interval = -1ns;
+  EXPECT_THROW(Queue(backend_, options), std::invalid_argument);
+  options.signal_query_interval = 2s;
+  EXPECT_THROW(Queue(backend_, options), std::invalid_argument);
+}
+
+// The queue's own poller, and threads that ask while another completes work at random: every
+// request once, each thread's in order, through signals.
+TEST_F(CompletionSignalTest, ThreadsAskWhileWorkCompletesAndThePollerReadsSignals) {
+  constexpr int kThreads = 4, kRequests = 2000;
+  std::vector<HostWorkStream> streams(kThreads);
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<int>> orders(kThreads);
+  std::atomic<int> errors{0};
+  {
+    std::thread completer([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (HostWorkStream &stream : streams) stream.complete_through(stream.enqueued());
+        std::this_thread::yield();
+      }
+    });
+    {
+      Queue queue(backend_, CompletionQueueOptions{.signal = CompletionSignal::kAuto});
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+          for (int i = 0; i < kRequests; ++i)
+            queue.notify(&streams[t], [&, t, i](int status) {
+              orders[t].push_back(i);
+              if (status != 0) ++errors;
+            });
+        });
+      for (std::thread &thread : threads) thread.join();
+      for (HostWorkStream &stream : streams) stream.complete_all();
+      EXPECT_GT(queue.stats().signalled, 0u);
+    }
+    stop = true;
+    completer.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(orders[t].size(), static_cast<std::size_t>(kRequests));
+    for (int i = 0; i < kRequests; ++i) ASSERT_EQ(orders[t][i], i) << "thread " << t;
+  }
+  EXPECT_EQ(backend_.signal_words(), 0u);
+}
+
+}  // namespace
+}  // namespace evpool
