@@ -2,6 +2,10 @@
 // declare them extern, so that every user of the shared library calls these).
 #include "evpool/cuda_handle.h"
 
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
 #include "cuda_runtime_helpers.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_stream.h"
@@ -19,10 +23,19 @@ cudaError_t destroy_tolerating_exit(cudaStream_t handle) noexcept {
 const char *destroy_call(cudaEvent_t) noexcept { return "cudaEventDestroy"; }
 const char *destroy_call(cudaStream_t) noexcept { return "cudaStreamDestroy"; }
 
+std::string text_of(const void *handle) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", handle);
+  return text;
+}
+
 }  // namespace
 
 template <class Kind>
 void CUDAHandle<Kind>::reset(handle_type handle, int device_id) {
+  if (handle != nullptr && handle == handle_) [[unlikely]]
+    throw std::invalid_argument("evpool: reset to handle " + text_of(handle) +
+                                ", which this owner holds already: it would be destroyed and kept");
   const handle_type old = std::exchange(handle_, handle);
   device_id_ = handle ? device_id : -1;
   if (old) detail::check_cuda(destroy_tolerating_exit(old), destroy_call(old));

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "cuda_availability.h"
@@ -50,6 +52,22 @@ TEST(CUDAEvent, AdoptsAHandleWithItsDeviceAndMovesIt) {
 
 // CUDAStream is the same owner over another handle type: adopting, moving and releasing a stream
 // make no CUDA call either.
+// reset() to the handle held would destroy it and keep it: refused, the owner unchanged, and no
+// CUDA call made (none could succeed here).
+TEST(CUDAEvent, ResetToTheHandleItHoldsIsRefusedAndChangesNothing) {
+  CUDAEvent event(fake_handle(), 3);
+  try {
+    event.reset(event.get(), 3);
+    ADD_FAILURE() << "reset to the handle held was accepted";
+  } catch (const std::invalid_argument &error) {
+    EXPECT_NE(std::string(error.what()).find("which this owner holds already"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(event.get(), fake_handle());
+  EXPECT_EQ(event.device_id(), 3);
+  EXPECT_EQ(event.release(), fake_handle());
+}
+
 TEST(CUDAStream, AdoptsAHandleWithItsDeviceAndMovesIt) {
   const auto handle = reinterpret_cast<cudaStream_t>(0x2000);
   CUDAStream stream(handle, 2);

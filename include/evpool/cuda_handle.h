@@ -72,7 +72,9 @@ class EVPOOL_API CUDAHandle : public Kind {
 
   /// Destroys the current handle, if any, and adopts `handle` of `device_id`. The new handle is
   /// adopted even if destroying the old one fails; then CUDAError is thrown, except for the
-  /// errors of a runtime unloading at exit, which are ignored.
+  /// errors of a runtime unloading at exit, which are ignored. Throws std::invalid_argument,
+  /// naming it, for the handle this owner holds already (destroying it and keeping it would leave
+  /// the owner with a destroyed handle); nothing changes then.
   void reset(handle_type handle = nullptr, int device_id = -1);
 
  private:
