@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -119,6 +120,17 @@ double number_of(const std::string &flag, const std::string &text, double least,
   return value;
 }
 
+// A whole number: "1.5" or "0x10" is refused rather than read as 1 or 16.
+int integer_of(const std::string &flag, const std::string &text, long least, long most) {
+  char *end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < least || value > most)
+    usage_error(flag + ": '" + text + "' is not a whole number from " + std::to_string(least) + " to " +
+                std::to_string(most));
+  return static_cast<int>(value);
+}
+
 Options parse(int argc, char **argv) {
   Options options;
   for (int i = 1; i < argc; i += 2) {
@@ -132,10 +144,10 @@ Options parse(int argc, char **argv) {
     } else if (flag == "--threads") {
       options.threads.clear();
       for (const std::string &part : split(value))
-        options.threads.push_back(static_cast<int>(number_of(flag, part, 1, 4096)));
+        options.threads.push_back(integer_of(flag, part, 1, 4096));
       if (options.threads.empty()) usage_error("--threads is empty");
     } else if (flag == "--runs") {
-      options.runs = static_cast<int>(number_of(flag, value, 1, 100));
+      options.runs = integer_of(flag, value, 1, 100);
     } else if (flag == "--scale") {
       options.scale = number_of(flag, value, 1e-4, 100);
     } else {
