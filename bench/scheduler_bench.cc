@@ -26,8 +26,9 @@
 // - p50_us, p99_us: over every task of the run, from the moment it joined the ready queue to the
 //   moment its completion callback began (TaskTimes). na for the graph, which has no such moment,
 //   and for the limit stack, whose "completion" is only the end of the enqueue.
-// - cores: the whole process's CPU time over the run's wall time (CLOCK_PROCESS_CPUTIME_ID):
-//   workers, the completion mechanism's threads and the driver's threads together.
+// - cores: the whole process's CPU time (CLOCK_PROCESS_CPUTIME_ID) over the wall time of the same
+//   window, the call of Executor::run (or of the replay): workers, the completion mechanism's
+//   threads and the driver's threads together.
 // - streams_created, events_created: what the stack had created after all its runs (Created,
 //   stack.h): the completion mechanism's events included. na for the graph.
 #include <cuda_runtime_api.h>
@@ -224,13 +225,18 @@ Contender make_stack_contender(const std::string &name, const TaskKernel &kernel
   holder->executor = std::make_unique<example::Executor<Stack>>(*holder->stack, dag);
   Contender contender{name, {}, {}, {}};
   contender.run = [holder, threads, report_latency, &dag] {
+    // The CPU time and the wall time of cores over the same window: result.wall leaves out what
+    // run() does before the first task is ready (the tasks' state, zeroed), whose CPU time the
+    // window counts.
     const auto cpu_before = process_cpu_time();
+    const auto start = std::chrono::steady_clock::now();
     const example::RunResult result = holder->executor->run(threads);
+    const double window = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto cpu = process_cpu_time() - cpu_before;
     const double seconds = std::chrono::duration<double>(result.wall).count();
     Run run;
     run.tasks_per_s = static_cast<double>(dag.size()) / seconds;
-    run.cores = std::chrono::duration<double>(cpu).count() / seconds;
+    run.cores = std::chrono::duration<double>(cpu).count() / window;
     if (report_latency) {
       std::vector<double> latency_us;
       latency_us.reserve(result.tasks.size());
