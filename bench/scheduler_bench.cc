@@ -144,8 +144,7 @@ Options parse(int argc, char **argv) {
       options.stacks = names_of(flag, value, kStacks);
     } else if (flag == "--threads") {
       options.threads.clear();
-      for (const std::string &part : split(value))
-        options.threads.push_back(integer_of(flag, part, 1, 4096));
+      for (const std::string &part : split(value)) options.threads.push_back(integer_of(flag, part, 1, 4096));
       if (options.threads.empty()) usage_error("--threads is empty");
     } else if (flag == "--runs") {
       options.runs = integer_of(flag, value, 1, 100);

@@ -471,8 +471,8 @@ TEST_P(ExecutorStepFailures, EndTheRunWithTheirErrorLaunchNothingAfterTheTaskAnd
 }
 
 INSTANTIATE_TEST_SUITE_P(EachStep, ExecutorStepFailures,
-                         testing::Values(Step::kLease, Step::kWait, Step::kLaunch, Step::kGetEvent, Step::kRecord,
-                                         Step::kNotify),
+                         testing::Values(Step::kLease, Step::kWait, Step::kLaunch, Step::kGetEvent,
+                                         Step::kRecord, Step::kNotify),
                          [](const testing::TestParamInfo<Step> &info) {
                            std::string name = kStepNames[static_cast<int>(info.param)];
                            name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
