@@ -26,8 +26,9 @@
 // - p50_us, p99_us: over every task of the run, from the moment it joined the ready queue to the
 //   moment its completion callback began (TaskTimes). na for the graph, which has no such moment,
 //   and for the limit stack, whose "completion" is only the end of the enqueue.
-// - cores: the whole process's CPU time over the run's wall time (CLOCK_PROCESS_CPUTIME_ID):
-//   workers, the completion mechanism's threads and the driver's threads together.
+// - cores: the whole process's CPU time (CLOCK_PROCESS_CPUTIME_ID) over the wall time of the same
+//   window, the call of Executor::run (or of the replay): workers, the completion mechanism's
+//   threads and the driver's threads together.
 // - streams_created, events_created: what the stack had created after all its runs (Created,
 //   stack.h): the completion mechanism's events included. na for the graph.
 #include <cuda_runtime_api.h>
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -119,6 +121,17 @@ double number_of(const std::string &flag, const std::string &text, double least,
   return value;
 }
 
+// A whole number: "1.5" or "0x10" is refused rather than read as 1 or 16.
+int integer_of(const std::string &flag, const std::string &text, long least, long most) {
+  char *end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < least || value > most)
+    usage_error(flag + ": '" + text + "' is not a whole number from " + std::to_string(least) + " to " +
+                std::to_string(most));
+  return static_cast<int>(value);
+}
+
 Options parse(int argc, char **argv) {
   Options options;
   for (int i = 1; i < argc; i += 2) {
@@ -131,11 +144,10 @@ Options parse(int argc, char **argv) {
       options.stacks = names_of(flag, value, kStacks);
     } else if (flag == "--threads") {
       options.threads.clear();
-      for (const std::string &part : split(value))
-        options.threads.push_back(static_cast<int>(number_of(flag, part, 1, 4096)));
+      for (const std::string &part : split(value)) options.threads.push_back(integer_of(flag, part, 1, 4096));
       if (options.threads.empty()) usage_error("--threads is empty");
     } else if (flag == "--runs") {
-      options.runs = static_cast<int>(number_of(flag, value, 1, 100));
+      options.runs = integer_of(flag, value, 1, 100);
     } else if (flag == "--scale") {
       options.scale = number_of(flag, value, 1e-4, 100);
     } else {
@@ -179,7 +191,13 @@ double percentile(std::vector<double> values, double p) {
   return values[at];
 }
 
-double median(std::vector<double> values) { return percentile(std::move(values), 0.5); }
+// Of an even count, the mean of the middle two: percentile()'s lower one would be the slowest of
+// two rounds' rates but the better of their latencies.
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t half = values.size() / 2;
+  return values.size() % 2 != 0 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
 
 // A stack (or the graph) made for one workload and thread count, and how to run it once.
 struct Contender {
@@ -212,13 +230,18 @@ Contender make_stack_contender(const std::string &name, const TaskKernel &kernel
   holder->executor = std::make_unique<example::Executor<Stack>>(*holder->stack, dag);
   Contender contender{name, {}, {}, {}};
   contender.run = [holder, threads, report_latency, &dag] {
+    // The CPU time and the wall time of cores over the same window: result.wall leaves out what
+    // run() does before the first task is ready (the tasks' state, zeroed), whose CPU time the
+    // window counts.
     const auto cpu_before = process_cpu_time();
+    const auto start = std::chrono::steady_clock::now();
     const example::RunResult result = holder->executor->run(threads);
+    const double window = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto cpu = process_cpu_time() - cpu_before;
     const double seconds = std::chrono::duration<double>(result.wall).count();
     Run run;
     run.tasks_per_s = static_cast<double>(dag.size()) / seconds;
-    run.cores = std::chrono::duration<double>(cpu).count() / seconds;
+    run.cores = std::chrono::duration<double>(cpu).count() / window;
     if (report_latency) {
       std::vector<double> latency_us;
       latency_us.reserve(result.tasks.size());

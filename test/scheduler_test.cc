@@ -11,8 +11,11 @@
 // (what the device sees); every task is made ready only after its inputs' completions were seen
 // (what the executor's times say); and nothing leaks: every stream and event is back in its pool,
 // no request finished before its work, and the backends destroy all they created. Then failures: a
-// launch that throws and a kernel that fails end the run with that error, launch nothing that
-// depends on the failed task, and still leak nothing; and bad input.
+// throw at each of a task's steps (lease, wait, launch, get_event, record, notify) and a kernel
+// that fails end the run with that error (the first, when a later one follows), launch nothing
+// that depends on the failed task, and still leak nothing; the memory orders that carry a task's
+// event to its successors and back to the pool, each in a test that fails under ThreadSanitizer
+// if it is relaxed; and bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -360,6 +363,122 @@ TEST(ExecutorFailures, AKernelThatFailsEndsTheRunWithItsStatusLaunchesNothingAft
   expect_backends_even(bench);
 }
 
+// A stack over another whose calls for one task throw at one step: each step the executor takes
+// for a task (stack.h) may fail, and each leaves a different amount of the task's work enqueued
+// and its event got or not. A worker runs a task's steps on one thread, from its lease to its
+// notify, so the task is the worker's last lease.
+enum class Step { kLease, kWait, kLaunch, kGetEvent, kRecord, kNotify };
+const char *const kStepNames[] = {"lease", "wait", "launch", "get_event", "record", "notify"};
+void PrintTo(Step step, std::ostream *out) { *out << kStepNames[static_cast<int>(step)]; }
+
+template <example::SchedulerStack Inner>
+class FaultyStack {
+ public:
+  using stream_lease = typename Inner::stream_lease;
+  using event_type = typename Inner::event_type;
+  using status_type = typename Inner::status_type;
+  static bool succeeded(const status_type &status) noexcept { return Inner::succeeded(status); }
+  static std::string describe(const status_type &status) { return Inner::describe(status); }
+
+  FaultyStack(Inner &inner, Step step, TaskId task) : inner_(inner), step_(step), task_(task) {}
+  void heal() { healed_ = true; }
+
+  stream_lease lease_stream(TaskId task) {
+    current = task;
+    refuse(Step::kLease);
+    return inner_.lease_stream(task);
+  }
+  void wait(const stream_lease &stream, const event_type &event) {
+    refuse(Step::kWait);
+    inner_.wait(stream, event);
+  }
+  void launch(const stream_lease &stream, TaskId task, std::chrono::nanoseconds duration) {
+    refuse(Step::kLaunch);
+    inner_.launch(stream, task, duration);
+  }
+  event_type get_event(TaskId task) {
+    refuse(Step::kGetEvent);
+    return inner_.get_event(task);
+  }
+  void record(event_type &event, const stream_lease &stream) {
+    refuse(Step::kRecord);
+    inner_.record(event, stream);
+  }
+  void put_event(event_type &&event) noexcept { inner_.put_event(std::move(event)); }
+  template <class F>
+  void notify(const stream_lease &stream, F &&done) {
+    refuse(Step::kNotify);
+    inner_.notify(stream, std::forward<F>(done));
+  }
+  void finish() { inner_.finish(); }
+
+ private:
+  void refuse(Step step) const {
+    if (!healed_ && step == step_ && current == task_)
+      throw std::runtime_error(std::string(kStepNames[static_cast<int>(step)]) + " of task " +
+                               std::to_string(task_) + " refused");
+  }
+
+  static inline thread_local TaskId current = 0;
+  Inner &inner_;
+  const Step step_;
+  const TaskId task_;
+  bool healed_ = false;  // changed only between runs
+};
+
+class ExecutorStepFailures : public testing::TestWithParam<Step> {};
+
+TEST_P(ExecutorStepFailures, EndTheRunWithTheirErrorLaunchNothingAfterTheTaskAndLeakNothing) {
+  const Dag dag = example::fan_out_fan_in(6, 16);
+  constexpr TaskId kRefused = 40;  // layer 2: two inputs, two successors
+  const std::vector<bool> after = descendants(dag, kRefused);
+  EvpoolBench bench(dag);
+  {
+    HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
+    FaultyStack<HostEvpoolStack> faulty(stack, GetParam(), kRefused);
+    test::CountingStack<FaultyStack<HostEvpoolStack>> counted(faulty);
+    Executor<test::CountingStack<FaultyStack<HostEvpoolStack>>> executor(counted, dag);
+    try {
+      executor.run(4);
+      ADD_FAILURE() << "run() returned after a step threw";
+    } catch (const std::runtime_error &error) {
+      EXPECT_EQ(std::string(error.what()),
+                std::string(kStepNames[static_cast<int>(GetParam())]) + " of task 40 refused");
+    }
+    bench.gpu.synchronize();
+    for (TaskId task = 0; task < dag.size(); ++task) {
+      EXPECT_LE(bench.log.runs[task], 1) << "task " << task;
+      if (after[task]) {
+        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
+      }
+    }
+    EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
+    const auto &counts = counted.counts();
+    EXPECT_EQ(counts.leases.load(), counts.leases_ended.load()) << "stream leases not ended";
+    EXPECT_EQ(counts.events.load(), counts.events_back.load()) << "events not handed back";
+    EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
+    EXPECT_LT(counts.notifies.load(), dag.size());
+
+    // The executor and the stack are as good as new.
+    faulty.heal();
+    bench.log.runs.assign(dag.size(), 0);
+    const RunResult result = executor.run(4);
+    bench.gpu.synchronize();
+    expect_every_task_once_after_its_inputs(dag, bench.log, result);
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
+INSTANTIATE_TEST_SUITE_P(EachStep, ExecutorStepFailures,
+                         testing::Values(Step::kLease, Step::kWait, Step::kLaunch, Step::kGetEvent,
+                                         Step::kRecord, Step::kNotify),
+                         [](const testing::TestParamInfo<Step> &info) {
+                           std::string name = kStepNames[static_cast<int>(info.param)];
+                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+                           return name;
+                         });
+
 TEST(ExecutorFailures, TheLimitStackReportsAFailedKernelAtItsSynchronize) {
   const Dag dag = example::independent_chains(2, 10);
   DeviceLog log(dag);
@@ -372,6 +491,24 @@ TEST(ExecutorFailures, TheLimitStackReportsAFailedKernelAtItsSynchronize) {
     ADD_FAILURE() << "run() returned after a kernel failed";
   } catch (const std::runtime_error &error) {
     EXPECT_STREQ(error.what(), "synchronize: host status 7");
+  }
+}
+
+TEST(ExecutorFailures, TheFirstErrorIsThrownNotALaterOne) {
+  // A launch refused during the run, then the device's failure reported by finish(): the run
+  // throws the launch's error, the first.
+  const Dag dag = example::independent_chains(2, 10);
+  DeviceLog log(dag);
+  log.failing = 0;
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack stack(gpu, dag);
+  stack.refuse_launch_of(5);
+  Executor<HostLimitStack> executor(stack, dag);
+  try {
+    executor.run(2);
+    ADD_FAILURE() << "run() returned after a launch threw";
+  } catch (const std::runtime_error &error) {
+    EXPECT_STREQ(error.what(), "launch of task 5 refused");
   }
 }
 
@@ -396,7 +533,9 @@ class ThreadPerCallbackStack {
   }
 
   stream_lease lease_stream(TaskId) { return 0; }
-  void wait(int, std::uint64_t) {}
+  // Relaxed, as every access of it: what was waited on, kept so that the executor's read of the
+  // event is not optimised away (ThreadSanitizer sees only the reads that remain).
+  void wait(int, std::uint64_t event) { waited.fetch_add(event, std::memory_order_relaxed); }
   void launch(int, TaskId task, std::chrono::nanoseconds) {
     launching = task;
     // Relaxed, as every access of it: a flag that must not order anything (see above).
@@ -411,6 +550,8 @@ class ThreadPerCallbackStack {
     while (!last_launched_.load(std::memory_order_relaxed)) std::this_thread::yield();
   }
   void finish() {}
+
+  std::atomic<std::uint64_t> waited{0};  // the sum of the events waited on
 
  private:
   static inline thread_local TaskId launching = 0;  // from launch() to notify(), on one worker
@@ -431,6 +572,26 @@ TEST(ExecutorMemoryOrder, TheLastInputsCallbackCarriesTheOtherInputsEventsToTheS
   const RunResult result = executor.run(3);
   EXPECT_LE(result.tasks[0].seen, result.tasks[2].ready);
   EXPECT_LE(result.tasks[1].seen, result.tasks[2].ready);
+  EXPECT_EQ(stack.waited.load(), 1u + 2u) << "the successor did not wait on both inputs' events";
+}
+
+// The other way round: two successors of one task, run by two workers that nothing else orders
+// (the ready queue's mutex orders their pops, not what each does after), each read the task's
+// event before it counts down uses_left; the one that reaches zero then takes the event. Only the
+// count orders the other's read before that write (executor.h, memory orders).
+TEST(ExecutorMemoryOrder, TheLastSuccessorToWaitTakesTheEventAfterTheOthersRead) {
+  Dag dag;
+  dag.add(1us);
+  dag.add(1us, {0});
+  dag.add(1us, {0});
+  ThreadPerCallbackStack stack(dag);
+  Executor<ThreadPerCallbackStack> executor(stack, dag);
+  // Three workers: the input's worker and the first successor's are held in notify() until the
+  // second successor launches, so each successor has a worker of its own.
+  const RunResult result = executor.run(3);
+  EXPECT_LE(result.tasks[0].seen, result.tasks[1].ready);
+  EXPECT_LE(result.tasks[0].seen, result.tasks[2].ready);
+  EXPECT_EQ(stack.waited.load(), 1u + 1u) << "a successor did not wait on the input's event";
 }
 
 TEST(ExecutorInput, FewerThanOneWorkerIsRefusedBeforeAnythingRuns) {
