@@ -8,7 +8,9 @@
 // at once: the next task's work queues behind it. Completions come through cudaLaunchHostFunc
 // (host_func_completions.h), CUDA's own answer: a host function behind the work, run on the
 // driver's thread, which holds up the stream while it runs and may make no CUDA call (the
-// executor's callback makes none).
+// executor's callback makes none). A host function hears no error: it reports cudaSuccess, and
+// after a sticky error CUDA may never run it at all, so a run on this stack then waits for ever,
+// where the evpool stack's queue reports the error to the task.
 #pragma once
 
 #include <cuda_runtime_api.h>
