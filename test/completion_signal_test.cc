@@ -109,6 +109,36 @@ TEST_F(CompletionSignalTest, AnErrorReachesTheCallbackThoughTheSignalNeverLands)
   EXPECT_LE(backend_.queries(), 4u) << "about one query per interval, not one per pass";
 }
 
+// A fault fails every request behind it on the stream, and none of their signals lands. Once the
+// event of the oldest has told the error, the requests behind it are asked at once, in the same
+// pass: waiting an interval for each, a FIFO of N failed requests took N intervals to hear its
+// error (64 in flight: 64 ms at the default 1 ms), where the interval promises about one.
+TEST_F(CompletionSignalTest, AnErrorHeardFromAnEventReachesTheRequestsBehindItInTheSamePass) {
+  constexpr int kRequests = 6;
+  HostWorkStream stream, other;
+  std::vector<int> statuses;
+  int other_status = -1;
+  Queue queue(backend_, signalled_every(20ms));  // after what its callbacks write: destroyed first
+  for (int i = 0; i < kRequests; ++i)
+    queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
+  queue.notify(&other, [&other_status](int status) { other_status = status; });
+  stream.fail_from(1, 700);
+  stream.complete_all();
+  other.fail_from(1, 700);  // the context's error is sticky: the other stream's work fails too
+  other.complete_all();
+  EXPECT_EQ(queue.poll(), 0u) << "no signal landed, and the interval has not passed";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::size_t finished = 0;
+  while (finished == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+    finished = queue.poll();
+  }
+  EXPECT_EQ(finished, static_cast<std::size_t>(kRequests + 1))
+      << "the pass that heard the error finished only some of the failed requests";
+  EXPECT_EQ(statuses, std::vector<int>(kRequests, 700));
+  EXPECT_EQ(other_status, 700);
+}
+
 TEST_F(CompletionSignalTest, WithAZeroIntervalAnErrorIsQueriedAtTheFirstMiss) {
   HostWorkStream stream;
   Queue queue(backend_, signalled_every(0ns));
