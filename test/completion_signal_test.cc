@@ -256,6 +256,22 @@ TEST_F(CompletionSignalTest, ADeviceThatCannotSignalIsHeardThroughItsEvents) {
   EXPECT_EQ(backend_.queries() - queries, 2u) << "device 1: the oldest and the newest";
 }
 
+// A record that enqueues no write (a device that cannot, a special handle) gives its slot back at
+// once: held until its request finished, 64 requests in flight on such a device left the thread
+// no slot for its requests on a device that can, which went without a signal.
+TEST_F(CompletionSignalTest, ARequestWithoutASignalWriteHoldsNoSlot) {
+  backend_.cannot_signal(1);
+  HostWorkStream on_0(0), on_1(1);
+  Queue queue(backend_, kSignalled);
+  for (int i = 0; i < 64; ++i) queue.notify(&on_1);
+  queue.notify(&on_0);
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signalled, 1u) << "device 0's request went without a signal";
+  on_0.complete_all();
+  on_1.complete_all();
+  EXPECT_EQ(queue.poll(), 65u);
+}
+
 TEST_F(CompletionSignalTest, TheSignalOptionsOutOfRangeAreRefusedByValue) {
   CompletionQueueOptions options;
   options.signal = static_cast<CompletionSignal>(7);

@@ -336,7 +336,14 @@ class BasicCompletionQueue {
         }
       }
       request->status = backend_.record(request->stream(), request->event(), request->recorded_on, signal);
-      if (request->recorded_on.signalled) request->signal = signal;
+      if (request->recorded_on.signalled) {
+        request->signal = signal;
+      } else if (request->signal_block != nullptr) {
+        // No write was enqueued into the slot (a device or stream that cannot): back at once, or
+        // requests heard through their events would hold the thread's slots while they run.
+        request->signal_block->give_back(request->signal_slot);
+        request->signal_block = nullptr;
+      }
     } else {
       request->status = backend_.record(request->stream(), request->event(), request->recorded_on);
     }
