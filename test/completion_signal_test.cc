@@ -195,6 +195,47 @@ TEST_F(CompletionSignalTest, SixtyFourSlotsPerThreadAreReusedAndOldValuesFinishN
   EXPECT_EQ(calls, kRequests + 3 * 64);
 }
 
+// A thread that exits leaves its block to the next thread, whose values go on from the block's
+// sequence: the words still hold the values of the first thread's requests, which must finish none
+// of the second's. And blocks come back: threads that ask one after another use one chunk.
+TEST_F(CompletionSignalTest, ABlockLeftByAThreadThatExitedServesTheNextWithHigherValues) {
+  Queue queue(backend_, kSignalled);
+  for (int round = 0; round < 20; ++round) {
+    HostWorkStream stream;
+    std::vector<Completion> handles;
+    std::thread([&] {
+      for (int i = 0; i < 3; ++i) handles.push_back(queue.notify(&stream));
+    }).join();
+    EXPECT_EQ(queue.poll(), 0u) << "round " << round << ": an earlier thread's value finished a request";
+    stream.complete_all();
+    EXPECT_EQ(queue.poll(), 3u) << "round " << round;
+    queue.poll();  // lets go of the exited thread's channel, and its block
+  }
+  EXPECT_EQ(queue.stats().signalled, 60u);
+  EXPECT_EQ(backend_.signal_words(), detail::SignalSlotPool::kWordsPerChunk) << "blocks were not reused";
+}
+
+// The "GPU" writes data, then lands the signal (release, as the device's fence and write); the
+// callback, run after the poller's acquire read of the word, reads the data: ThreadSanitizer
+// reports a race if the read does not order the two (the seam's event queries add no order, and
+// the interval keeps them out).
+TEST_F(CompletionSignalTest, ACallbackSeesWhatTheWorkWroteBeforeItsSignalLanded) {
+  HostWorkStream stream;
+  int written_by_work = 0;
+  int seen = -1;
+  Queue queue(backend_, kSignalled);
+  queue.notify(&stream, [&](int status) { seen = status == 0 ? written_by_work : -2; });
+  std::thread device([&] {
+    written_by_work = 42;
+    stream.complete_all();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (queue.poll() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(seen, 42);
+  EXPECT_EQ(backend_.queries(), 0u) << "heard through the event, which orders nothing here";
+  device.join();
+}
+
 TEST_F(CompletionSignalTest, TheSignalMemoryIsFreedWithTheQueueAndNoneIsTakenForEventQueries) {
   HostWorkStream stream;
   {
