@@ -39,6 +39,14 @@
 // later carries a lower value than any later request of the block expects, so "landed" is
 // `word >= value`, and a value at least a request's own is only written by its own write or by a
 // later one, enqueued after the request was finished.
+//
+// What is not covered: a write still to come when the memory is freed. The queue frees its chunks
+// once every request is finished, and a request finished through its event (the write comes
+// first), a newer word of its FIFO, or a sticky error (no write lands after it) has no write to
+// come. Two do: a request whose event record failed after its write was enqueued, and one whose
+// stream began a capture between notify()'s check and the record (the write is then a node of the
+// graph, landing whenever the graph is launched). If the queue is destroyed before such a write
+// lands, the device writes into freed pinned memory; cudaFreeHost is not documented to wait for it.
 #pragma once
 
 #include <atomic>
