@@ -524,8 +524,8 @@ TEST_F(CompletionQueueOnGpu, SignalMemoryMadeAndFreedInsideAThreadsCaptureLeaves
   std::uint32_t *word = nullptr;
   ASSERT_CUDA(cudaMalloc(reinterpret_cast<void **>(&word), sizeof(std::uint32_t)));
   std::optional<CompletionQueue> queue;
-  queue.emplace(CUDACompletionBackend(*pool_),
-                CompletionQueueOptions{.polling = CompletionPolling::kCaller, .signal = CompletionSignal::kAuto});
+  queue.emplace(CUDACompletionBackend(*pool_), CompletionQueueOptions{.polling = CompletionPolling::kCaller,
+                                                                      .signal = CompletionSignal::kAuto});
   ASSERT_CUDA(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal));
   EXPECT_CUDA(cudaMemsetAsync(word, 0x11, sizeof(std::uint32_t), capturing));
   Completion completion = queue->notify(other);
