@@ -142,30 +142,41 @@ std::optional<cudaError_t> CUDACompletionBackend::query(const CUDAEvent &event) 
   return status;
 }
 
+// The allocation and the free run on a thread that may be capturing another stream (its first
+// request, or the queue's destruction, inside a capture of its own): in global or thread-local
+// mode cudaHostAlloc and cudaFreeHost are among the calls a capturing thread may not make, and
+// the refusal invalidates the capture and, for the allocation, turns the queue's signals off for
+// good (SignalSlotPool keeps the failure). Relaxed mode for their duration, as PyTorch's host
+// allocator does around cudaHostAlloc: neither is captured, and no capture depends on them.
 std::uint64_t *CUDACompletionBackend::allocate_signal_words(std::size_t count) noexcept {
-  if (detail::driver().write_value64 == nullptr) return nullptr;  // no driver support: events
-  void *words = nullptr;
-  // Portable: pinned for every context; mapped: the devices can write it.
-  if (cudaHostAlloc(&words, count * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // no device, or no memory: the queue queries events
-    return nullptr;
-  }
-  // The writes name the word by its host address: that needs the device address to be the same
-  // (unified addressing, every 64-bit Linux platform CUDA 12 supports).
-  void *on_device = nullptr;
-  if (cudaHostGetDevicePointer(&on_device, words, 0) != cudaSuccess || on_device != words) {
-    (void)cudaGetLastError();
-    (void)cudaFreeHost(words);
-    return nullptr;
-  }
-  std::memset(words, 0, count * sizeof(std::uint64_t));
-  return static_cast<std::uint64_t *>(words);
+  const detail::DriverEntryPoints &calls = detail::driver();
+  if (calls.write_value64 == nullptr) return nullptr;  // no driver support: events
+  return detail::with_relaxed_capture(calls, [count]() noexcept -> std::uint64_t * {
+    void *words = nullptr;
+    // Portable: pinned for every context; mapped: the devices can write it.
+    if (cudaHostAlloc(&words, count * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();  // no device, or no memory: the queue queries events
+      return nullptr;
+    }
+    // The writes name the word by its host address: that needs the device address to be the same
+    // (unified addressing, every 64-bit Linux platform CUDA 12 supports).
+    void *on_device = nullptr;
+    if (cudaHostGetDevicePointer(&on_device, words, 0) != cudaSuccess || on_device != words) {
+      (void)cudaGetLastError();
+      (void)cudaFreeHost(words);
+      return nullptr;
+    }
+    std::memset(words, 0, count * sizeof(std::uint64_t));
+    return static_cast<std::uint64_t *>(words);
+  });
 }
 
 void CUDACompletionBackend::free_signal_words(std::uint64_t *words, std::size_t /*count*/) noexcept {
   // At process exit CUDA may be unloading already: the memory goes with the process.
-  if (cudaFreeHost(words) != cudaSuccess) (void)cudaGetLastError();
+  const detail::DriverEntryPoints &calls = detail::driver();
+  if (detail::with_relaxed_capture(calls, [words]() noexcept { return cudaFreeHost(words); }) != cudaSuccess)
+    (void)cudaGetLastError();
 }
 
 void CUDACompletionBackend::give_back(CUDAEvent &&event, int device) noexcept {

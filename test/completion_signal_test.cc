@@ -109,6 +109,36 @@ TEST_F(CompletionSignalTest, AnErrorReachesTheCallbackThoughTheSignalNeverLands)
   EXPECT_LE(backend_.queries(), 4u) << "about one query per interval, not one per pass";
 }
 
+// A fault fails every request behind it on the stream, and none of their signals lands. Once the
+// event of the oldest has told the error, the requests behind it are asked at once, in the same
+// pass: waiting an interval for each, a FIFO of N failed requests took N intervals to hear its
+// error (64 in flight: 64 ms at the default 1 ms), where the interval promises about one.
+TEST_F(CompletionSignalTest, AnErrorHeardFromAnEventReachesTheRequestsBehindItInTheSamePass) {
+  constexpr int kRequests = 6;
+  HostWorkStream stream, other;
+  std::vector<int> statuses;
+  int other_status = -1;
+  Queue queue(backend_, signalled_every(20ms));  // after what its callbacks write: destroyed first
+  for (int i = 0; i < kRequests; ++i)
+    queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
+  queue.notify(&other, [&other_status](int status) { other_status = status; });
+  stream.fail_from(1, 700);
+  stream.complete_all();
+  other.fail_from(1, 700);  // the context's error is sticky: the other stream's work fails too
+  other.complete_all();
+  EXPECT_EQ(queue.poll(), 0u) << "no signal landed, and the interval has not passed";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::size_t finished = 0;
+  while (finished == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+    finished = queue.poll();
+  }
+  EXPECT_EQ(finished, static_cast<std::size_t>(kRequests + 1))
+      << "the pass that heard the error finished only some of the failed requests";
+  EXPECT_EQ(statuses, std::vector<int>(kRequests, 700));
+  EXPECT_EQ(other_status, 700);
+}
+
 TEST_F(CompletionSignalTest, WithAZeroIntervalAnErrorIsQueriedAtTheFirstMiss) {
   HostWorkStream stream;
   Queue queue(backend_, signalled_every(0ns));
@@ -163,6 +193,47 @@ TEST_F(CompletionSignalTest, SixtyFourSlotsPerThreadAreReusedAndOldValuesFinishN
   }
   EXPECT_EQ(queue.stats().signalled, 64u * 4);
   EXPECT_EQ(calls, kRequests + 3 * 64);
+}
+
+// A thread that exits leaves its block to the next thread, whose values go on from the block's
+// sequence: the words still hold the values of the first thread's requests, which must finish none
+// of the second's. And blocks come back: threads that ask one after another use one chunk.
+TEST_F(CompletionSignalTest, ABlockLeftByAThreadThatExitedServesTheNextWithHigherValues) {
+  Queue queue(backend_, kSignalled);
+  for (int round = 0; round < 20; ++round) {
+    HostWorkStream stream;
+    std::vector<Completion> handles;
+    std::thread([&] {
+      for (int i = 0; i < 3; ++i) handles.push_back(queue.notify(&stream));
+    }).join();
+    EXPECT_EQ(queue.poll(), 0u) << "round " << round << ": an earlier thread's value finished a request";
+    stream.complete_all();
+    EXPECT_EQ(queue.poll(), 3u) << "round " << round;
+    queue.poll();  // lets go of the exited thread's channel, and its block
+  }
+  EXPECT_EQ(queue.stats().signalled, 60u);
+  EXPECT_EQ(backend_.signal_words(), detail::SignalSlotPool::kWordsPerChunk) << "blocks were not reused";
+}
+
+// The "GPU" writes data, then lands the signal (release, as the device's fence and write); the
+// callback, run after the poller's acquire read of the word, reads the data: ThreadSanitizer
+// reports a race if the read does not order the two (the seam's event queries add no order, and
+// the interval keeps them out).
+TEST_F(CompletionSignalTest, ACallbackSeesWhatTheWorkWroteBeforeItsSignalLanded) {
+  HostWorkStream stream;
+  int written_by_work = 0;
+  int seen = -1;
+  Queue queue(backend_, kSignalled);
+  queue.notify(&stream, [&](int status) { seen = status == 0 ? written_by_work : -2; });
+  std::thread device([&] {
+    written_by_work = 42;
+    stream.complete_all();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (queue.poll() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(seen, 42);
+  EXPECT_EQ(backend_.queries(), 0u) << "heard through the event, which orders nothing here";
+  device.join();
 }
 
 TEST_F(CompletionSignalTest, TheSignalMemoryIsFreedWithTheQueueAndNoneIsTakenForEventQueries) {
@@ -224,6 +295,22 @@ TEST_F(CompletionSignalTest, ADeviceThatCannotSignalIsHeardThroughItsEvents) {
   EXPECT_EQ(done_0, 4);
   EXPECT_EQ(done_1, 4);
   EXPECT_EQ(backend_.queries() - queries, 2u) << "device 1: the oldest and the newest";
+}
+
+// A record that enqueues no write (a device that cannot, a special handle) gives its slot back at
+// once: held until its request finished, 64 requests in flight on such a device left the thread
+// no slot for its requests on a device that can, which went without a signal.
+TEST_F(CompletionSignalTest, ARequestWithoutASignalWriteHoldsNoSlot) {
+  backend_.cannot_signal(1);
+  HostWorkStream on_0(0), on_1(1);
+  Queue queue(backend_, kSignalled);
+  for (int i = 0; i < 64; ++i) queue.notify(&on_1);
+  queue.notify(&on_0);
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signalled, 1u) << "device 0's request went without a signal";
+  on_0.complete_all();
+  on_1.complete_all();
+  EXPECT_EQ(queue.poll(), 65u);
 }
 
 TEST_F(CompletionSignalTest, TheSignalOptionsOutOfRangeAreRefusedByValue) {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -511,6 +512,38 @@ TEST_F(CompletionQueueOnGpu, SignalsFinishAStreamsRequestsWithoutQueriesAndTheCa
   }
   EXPECT_CUDA(cudaFreeHost(host_words));
   EXPECT_CUDA(cudaFree(device_words));
+  EXPECT_EQ(pool_->stats().total().outstanding, 0);
+}
+
+// A thread that captures a stream in global mode (the strictest) makes its first request to a
+// queue with signals, on another stream: the pinned memory of its slots is allocated then, and
+// freed when the queue is destroyed, both inside the capture. Neither may invalidate the capture,
+// and the allocation must succeed (a refusal turns the queue's signals off for good).
+TEST_F(CompletionQueueOnGpu, SignalMemoryMadeAndFreedInsideAThreadsCaptureLeavesTheCaptureValid) {
+  Stream capturing, other;
+  std::uint32_t *word = nullptr;
+  ASSERT_CUDA(cudaMalloc(reinterpret_cast<void **>(&word), sizeof(std::uint32_t)));
+  std::optional<CompletionQueue> queue;
+  queue.emplace(CUDACompletionBackend(*pool_), CompletionQueueOptions{.polling = CompletionPolling::kCaller,
+                                                                      .signal = CompletionSignal::kAuto});
+  ASSERT_CUDA(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal));
+  EXPECT_CUDA(cudaMemsetAsync(word, 0x11, sizeof(std::uint32_t), capturing));
+  Completion completion = queue->notify(other);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!completion.ready() && std::chrono::steady_clock::now() < deadline) queue->poll();
+  EXPECT_TRUE(completion.ready());
+  EXPECT_EQ(completion.status(), cudaSuccess);
+  EXPECT_EQ(queue->stats().signalled, 1u) << "the slots' memory could not be allocated inside the capture";
+  queue.reset();  // frees the slots' memory, inside the capture
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  EXPECT_CUDA(cudaStreamIsCapturing(capturing, &capture));
+  EXPECT_EQ(capture, cudaStreamCaptureStatusActive) << "the allocation or the free invalidated the capture";
+  cudaGraph_t graph = nullptr;
+  EXPECT_CUDA(cudaStreamEndCapture(capturing, &graph));
+  if (graph != nullptr) {
+    EXPECT_CUDA(cudaGraphDestroy(graph));
+  }
+  EXPECT_CUDA(cudaFree(word));
   EXPECT_EQ(pool_->stats().total().outstanding, 0);
 }
 

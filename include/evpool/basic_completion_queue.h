@@ -336,7 +336,14 @@ class BasicCompletionQueue {
         }
       }
       request->status = backend_.record(request->stream(), request->event(), request->recorded_on, signal);
-      if (request->recorded_on.signalled) request->signal = signal;
+      if (request->recorded_on.signalled) {
+        request->signal = signal;
+      } else if (request->signal_block != nullptr) {
+        // No write was enqueued into the slot (a device or stream that cannot): back at once, or
+        // requests heard through their events would hold the thread's slots while they run.
+        request->signal_block->give_back(request->signal_slot);
+        request->signal_block = nullptr;
+      }
     } else {
       request->status = backend_.record(request->stream(), request->event(), request->recorded_on);
     }
@@ -403,8 +410,14 @@ class BasicCompletionQueue {
       channel = next;
     }
     std::int64_t now = 0;  // read once a pass, when a signal is first found missing
+    // Set once an event has told an error this pass: a sticky error fails every request behind it
+    // (none of their signals will land), so from then on a missing signal's event is asked at
+    // once. Waiting out an interval per request, a FIFO of N failed requests heard its error only
+    // after N intervals, one request per interval, since each starts its wait as it reaches the
+    // head.
+    bool error_heard = false;
     pass.finished = fifos_.finish_completed(
-        [this, &now](request_type &request) noexcept -> std::optional<status_type> {
+        [this, &now, &error_heard](request_type &request) noexcept -> std::optional<status_type> {
           if (request.failed_to_record) return request.status;
           if (request.signal.word != nullptr) {
             signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -419,7 +432,9 @@ class BasicCompletionQueue {
             // Not landed: pending, or behind failed work, whose write never lands. Only the event
             // tells which, asked once per interval (see the top).
             if (now == 0) now = steady_now();
-            if (request.next_event_query == 0) {
+            if (error_heard) {
+              request.next_event_query = now + options_.signal_query_interval.count();
+            } else if (request.next_event_query == 0) {
               request.next_event_query = now + options_.signal_query_interval.count();
               if (options_.signal_query_interval.count() != 0) return std::nullopt;
             } else if (now < request.next_event_query) {
@@ -429,7 +444,9 @@ class BasicCompletionQueue {
             }
           }
           queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-          return backend_.query(std::as_const(request.event()));
+          const std::optional<status_type> status = backend_.query(std::as_const(request.event()));
+          if (status && *status != Backend::kSuccess) error_heard = true;
+          return status;
         },
         // A request that was never recorded keeps its own status, also when the FIFO caught up.
         [this](request_type &request, const status_type &status) noexcept {

@@ -12,10 +12,10 @@
 // cudaStreamGetId for the special handles), which names the stream for the process's life where
 // its handle does not (completion_backend.h).
 //
-// Completion signals (the default, CompletionSignal::kAuto): the backend also enqueues, before the
-// event, a cuStreamWriteValue64 of the request's number into a word of pinned, portable, mapped
-// host memory (allocate_signal_words, cudaHostAlloc), which the poller reads instead of querying
-// the event (basic_completion_queue.h, detail/signal_slots.h). Where the driver lacks the entry
+// Completion signals (opt-in, CompletionSignal::kAuto; the default is kEventQuery): the backend
+// also enqueues, before the event, a cuStreamWriteValue64 of the request's number into a word of
+// pinned, portable, mapped host memory (allocate_signal_words, cudaHostAlloc), which the poller
+// reads instead of querying the event (basic_completion_queue.h, detail/signal_slots.h). Where the driver lacks the entry
 // point, a device reports no CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (the attribute
 // of CUDA 12 and 13; the _V1 attributes belong to the deprecated v1 API), the memory cannot be
 // allocated or mapped at its host address, or the stream is one of the special handles (0,

@@ -22,7 +22,8 @@
 //
 // Blocks. Each thread's channel (request_channel.h) holds one block: 64 words, a free mask and a
 // sequence. Only the channel's thread takes slots (fetch_and of its bit: no other thread clears
-// bits), and only the poller gives them back (fetch_or), so the mask needs no compare-exchange
+// bits), and the poller gives them back (fetch_or; the thread too, for a slot whose record made no
+// write), so the mask needs no compare-exchange
 // loop and the requesters share no line. A thread with 64 requests with signals in flight makes
 // its next ones without a signal (the event query, as before) until one is finished. The queue's
 // shared channel (several pushers) has no block. A block goes back to the queue's pool when its
@@ -38,6 +39,14 @@
 // later carries a lower value than any later request of the block expects, so "landed" is
 // `word >= value`, and a value at least a request's own is only written by its own write or by a
 // later one, enqueued after the request was finished.
+//
+// What is not covered: a write still to come when the memory is freed. The queue frees its chunks
+// once every request is finished, and a request finished through its event (the write comes
+// first), a newer word of its FIFO, or a sticky error (no write lands after it) has no write to
+// come. Two do: a request whose event record failed after its write was enqueued, and one whose
+// stream began a capture between notify()'s check and the record (the write is then a node of the
+// graph, landing whenever the graph is launched). If the queue is destroyed before such a write
+// lands, the device writes into freed pinned memory; cudaFreeHost is not documented to wait for it.
 #pragma once
 
 #include <atomic>
@@ -78,7 +87,8 @@ class SignalSlots {
   /// The slot's word, in pinned host memory that the device can write.
   std::uint64_t *word(unsigned slot) const noexcept { return words_ + slot; }
 
-  /// Gives a slot back once its request is finished. Only the poller. Wait-free.
+  /// Gives a slot back once its request is finished (the poller), or at once if no write into it
+  /// was enqueued (the block's thread, in the request's submit). Wait-free.
   void give_back(unsigned slot) noexcept {
     // Release: see take().
     free_.fetch_or(std::uint64_t{1} << slot, std::memory_order_release);
