@@ -18,9 +18,11 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "dag.h"
 #include "evpool/cuda_error.h"
+#include "evpool/cuda_event.h"
 #include "task_kernel.h"
 
 namespace evpool::example {
@@ -49,6 +51,15 @@ class CudaSteps {
  protected:
   static void throw_on(cudaError_t error, const char *call) {
     if (error != cudaSuccess) throw CUDAError(error, call);
+  }
+  /// Hands `event` back to `pool` under kDevice, never throwing: a pool that refuses it (out of
+  /// memory) leaves it in `event`, which destroys it.
+  template <class Pool>
+  static void put_or_destroy(Pool &pool, CUDAEvent &&event) noexcept {
+    try {
+      pool.Put(std::move(event), kDevice);
+    } catch (...) {
+    }
   }
 
  private:

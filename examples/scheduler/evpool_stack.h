@@ -43,13 +43,7 @@ class EvpoolStack : public CudaSteps {
 
   stream_lease lease_stream(TaskId) { return streams_->Get(kDevice); }
   event_type get_event(TaskId) { return events_->Get(kDevice); }
-  void put_event(event_type &&event) noexcept {
-    try {
-      events_->Put(std::move(event));
-    } catch (...) {
-      // Refused (out of memory): `event` still owns the event, and destroys it.
-    }
-  }
+  void put_event(event_type &&event) noexcept { put_or_destroy(*events_, std::move(event)); }
   template <class F>
   void notify(const stream_lease &stream, F &&done) {
     (void)completions_.notify(stream, std::forward<F>(done));  // the callback alone tells

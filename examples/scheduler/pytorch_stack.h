@@ -52,13 +52,7 @@ class PytorchStack : public CudaSteps {
     return {slot.stream, slot.index};
   }
   event_type get_event(TaskId) { return events_.Get(kDevice); }
-  void put_event(event_type &&event) noexcept {
-    try {
-      events_.Put(std::move(event), kDevice);
-    } catch (...) {
-      // Refused (out of memory): `event` still owns the event, and destroys it.
-    }
-  }
+  void put_event(event_type &&event) noexcept { put_or_destroy(events_, std::move(event)); }
   template <class F>
   void notify(const stream_lease &stream, F &&done) {
     waiters_.notify(static_cast<int>(stream.index), stream.stream, std::forward<F>(done));
