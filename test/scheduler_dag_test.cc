@@ -1,6 +1,7 @@
 // The example scheduler's task graph (examples/scheduler/dag.h) and the benchmark's workloads
 // (workloads.h): what add() refuses, leaving the graph as it was; successors, levels, slots and
-// width; and the shape of each generated graph.
+// width; the shape of each generated graph; and the limit's streams (chain_streams.h), which must
+// cost the benchmark's graphs nothing beyond their critical path (support/gpu_time.h's model).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,10 +11,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "scheduler/chain_streams.h"
 #include "scheduler/dag.h"
 #include "scheduler/workloads.h"
+#include "support/gpu_time.h"
 
 namespace evpool {
 namespace {
@@ -182,6 +186,67 @@ TEST(SchedulerWorkloads, IndependentChainsAdvanceSideBySide) {
       EXPECT_EQ(to_vector(dag.inputs(task)), (std::vector<TaskId>{task - 8}));
     EXPECT_EQ(dag.successors(task).size(), task < 72 ? 1u : 0u);
   }
+}
+
+// The launches of `dag` in id order, task t on stream stream_of(t).
+template <class StreamOf>
+std::vector<test::Launch> launches_on(const Dag &dag, StreamOf stream_of) {
+  std::vector<test::Launch> launches;
+  for (TaskId task = 0; task < dag.size(); ++task) launches.push_back({stream_of(task), task});
+  return launches;
+}
+
+constexpr TaskId kNoTask = static_cast<TaskId>(-1);
+
+// The benchmark's three graphs at full size (bench/scheduler_bench.cc).
+TEST(SchedulerChainStreams, EveryStreamIsAChainSoTheBenchmarksGraphsTakeTheirCriticalPath) {
+  example::MixedRandomOptions mixed;
+  const Dag graphs[] = {example::fan_out_fan_in(200), example::mixed_random(mixed), example::independent_chains(16, 1600)};
+  const std::size_t streams[] = {256, 1005, 16};  // chain_streams.h quotes these
+  for (std::size_t i = 0; i < std::size(graphs); ++i) {
+    const Dag &dag = graphs[i];
+    const example::StreamAssignment assignment = example::chain_streams(dag);
+    EXPECT_EQ(assignment.streams, streams[i]) << "graph " << i;
+    // The task before each one on its stream is one of its ancestors: a search up its inputs,
+    // which never goes below that task's id (ids are a topological order), finds it.
+    std::vector<TaskId> last(assignment.streams, kNoTask), visited_by(dag.size(), kNoTask), stack;
+    for (TaskId task = 0; task < dag.size(); ++task) {
+      const TaskId before = std::exchange(last[assignment.stream_of[task]], task);
+      if (before == kNoTask) continue;
+      stack.assign(dag.inputs(task).begin(), dag.inputs(task).end());
+      bool found = false;
+      while (!stack.empty() && !found) {
+        const TaskId next = stack.back();
+        stack.pop_back();
+        found = next == before;
+        if (next < before || visited_by[next] == task) continue;
+        visited_by[next] = task;
+        stack.insert(stack.end(), dag.inputs(next).begin(), dag.inputs(next).end());
+      }
+      if (!found) {
+        ADD_FAILURE() << "graph " << i << ": task " << task << " follows task " << before
+                      << " on its stream without needing it";
+        break;
+      }
+    }
+    EXPECT_EQ(test::gpu_time(dag, launches_on(dag, [&](TaskId t) { return assignment.stream_of[t]; })),
+              test::critical_path(dag))
+        << "graph " << i;
+  }
+  // What pinning by slot costs the mixed graph, as chain_streams.h says: 1.62 times.
+  const Dag &dag = graphs[1];
+  const auto pinned = test::gpu_time(dag, launches_on(dag, [&](TaskId t) { return dag.slot(t) % dag.width(); }));
+  EXPECT_NEAR(static_cast<double>(pinned.count()) / static_cast<double>(test::critical_path(dag).count()), 1.62, 0.005);
+}
+
+TEST(SchedulerGpuTime, ATaskWaitsForItsStreamAndItsInputsAndNothingElse) {
+  Dag dag;
+  const TaskId a = dag.add(5ns), b = dag.add(3ns), c = dag.add(1ns, {a});
+  EXPECT_EQ(test::gpu_time(dag, {{0, a}, {1, b}, {2, c}}).count(), 6);  // a, c; b beside
+  EXPECT_EQ(test::gpu_time(dag, {{0, b}, {0, a}, {1, c}}).count(), 9);  // b, a on one stream
+  EXPECT_EQ(test::critical_path(dag).count(), 6);
+  EXPECT_THROW((void)test::gpu_time(dag, {{0, c}, {0, a}, {0, b}}), std::invalid_argument);  // c before a
+  EXPECT_THROW((void)test::gpu_time(dag, {{0, a}, {0, b}}), std::invalid_argument);          // c never
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <stdexcept>
@@ -38,10 +39,12 @@
 #include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
+#include "scheduler/chain_streams.h"
 #include "scheduler/dag.h"
 #include "scheduler/executor.h"
 #include "scheduler/workloads.h"
 #include "support/counting_stack.h"
+#include "support/gpu_time.h"
 #include "support/host_completion_backend.h"
 #include "support/host_stream_backend.h"
 #include "support/simulated_gpu.h"
@@ -72,12 +75,23 @@ class SimulatedSteps {
 
   void launch(SimulatedGpu::Token stream, TaskId task, std::chrono::nanoseconds /*duration*/) {
     if (refused_ == task) throw std::runtime_error("launch of task " + std::to_string(task) + " refused");
+    {
+      const std::lock_guard<std::mutex> lock(launches_mutex_);
+      launches_.push_back({stream, task});
+    }
     gpu_.launch(stream, task);
   }
+
+  /// Every launch so far, in the order they were enqueued (read once the run is over).
+  const std::vector<test::Launch> &launches() const noexcept { return launches_; }
 
  protected:
   SimulatedGpu &gpu_;
   std::optional<TaskId> refused_;
+
+ private:
+  std::mutex launches_mutex_;
+  std::vector<test::Launch> launches_;  // under launches_mutex_
 };
 
 // evpool on the host seams: the same shape as examples/scheduler/evpool_stack.h.
@@ -121,11 +135,13 @@ class HostLimitStack : public SimulatedSteps {
   using stream_lease = SimulatedGpu::Token;
   using event_type = SimulatedGpu::Token;  // the task's id + 1: 0 is empty
 
-  HostLimitStack(SimulatedGpu &gpu, const Dag &dag)
-      : SimulatedSteps(gpu), dag_(dag), streams_(std::max<std::size_t>(1, dag.width())) {}
+  HostLimitStack(SimulatedGpu &gpu, const Dag &dag) : SimulatedSteps(gpu), assignment_(example::chain_streams(dag)) {}
 
-  stream_lease lease_stream(TaskId task) { return dag_.slot(task) % streams_ + 1; }
-  void wait(stream_lease stream, event_type event) { gpu_.wait(stream, event); }
+  stream_lease lease_stream(TaskId task) { return assignment_.stream_of[task] + std::uint64_t{1}; }
+  // As the CUDA limit stack: no wait for an input that ran on the task's own stream.
+  void wait(stream_lease stream, event_type event) {
+    if (lease_stream(static_cast<TaskId>(event - 1)) != stream) gpu_.wait(stream, event);
+  }
   void launch(stream_lease stream, TaskId task, std::chrono::nanoseconds duration) {
     SimulatedSteps::launch(stream, task, duration);
   }
@@ -142,8 +158,7 @@ class HostLimitStack : public SimulatedSteps {
   }
 
  private:
-  const Dag &dag_;
-  const std::size_t streams_;
+  const example::StreamAssignment assignment_;
 };
 
 static_assert(example::SchedulerStack<HostEvpoolStack> && example::SchedulerStack<HostLimitStack>);
@@ -289,6 +304,28 @@ TEST_P(ExecutorOnSimulatedGpu, LimitStackRunsEveryTaskOnceAfterItsInputsThroughT
   EXPECT_EQ(gpu.pending(), 0u) << "finish() returned before the device was done";
   expect_every_task_once_after_its_inputs(dag, log, result);
   expect_balanced(counted, dag.size());
+}
+
+// The limit is a true ceiling: on the model of gpu_time.h its streams cost the GPU nothing beyond
+// the graph's critical path, and a stack that takes streams as it goes (evpool's) takes no less.
+TEST_P(ExecutorOnSimulatedGpu, NoStackFinishesBeforeTheLimitWhichTakesTheCriticalPath) {
+  const auto &[workload, workers] = GetParam();
+  const Dag dag = workload.make();
+  const auto shortest = test::critical_path(dag);
+
+  DeviceLog log(dag);
+  SimulatedGpu gpu([&](std::uint32_t task) { return log.run(task); });
+  HostLimitStack limit(gpu, dag);
+  Executor<HostLimitStack>(limit, dag).run(workers);
+  const auto limit_time = test::gpu_time(dag, limit.launches());
+  EXPECT_EQ(limit_time, shortest) << "the limit's streams hold a task behind one it does not need";
+
+  EvpoolBench bench(dag);
+  {
+    HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
+    Executor<HostEvpoolStack>(stack, dag).run(workers);
+    EXPECT_GE(test::gpu_time(dag, stack.launches()), limit_time);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, ExecutorOnSimulatedGpu,

@@ -8,10 +8,11 @@
 // speed the host enqueues, and the waits alone order the GPU (executor.h says why that is
 // correct); finish() synchronises the device once, at the end, and reports any error there.
 //
-// Task t runs on the stream of its slot, its place among the tasks of its level (dag.h): with as
-// many streams as the graph's width, the tasks that may run at once never share a stream, so no
-// task waits behind another it does not need. Each task that some other task needs has an event
-// of its own, never reused: no event goes back anywhere.
+// Task t runs on the stream chain_streams.h gives it: each stream a chain of the graph, so no
+// task waits on the GPU behind a task it does not need, and the GPU's part takes the graph's
+// critical path. A wait on an input that ran on the task's own stream is skipped: the stream
+// orders the two already. Each task that some other task needs has an event of its own, never
+// reused: no event goes back anywhere.
 //
 // Its "latency" (from ready to the callback) is only the enqueueing: the benchmark reports it for
 // the other stacks.
@@ -19,10 +20,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <vector>
 
+#include "chain_streams.h"
 #include "cuda_steps.h"
 #include "dag.h"
 #include "evpool/cuda_event.h"
@@ -35,22 +36,30 @@ namespace evpool::example {
 class LimitStack : public CudaSteps {
  public:
   using stream_lease = cudaStream_t;
-  using event_type = cudaEvent_t;
+  /// A task's event and the stream it is recorded on; empty (false) when no event.
+  struct event_type {
+    cudaEvent_t event = nullptr;
+    cudaStream_t stream = nullptr;
+    explicit operator bool() const noexcept { return event != nullptr; }
+  };
 
-  /// Creates `streams` streams (0: the graph's width) and an event for every task with
-  /// successors, on kDevice. `kernel` and `dag` must outlive the stack, and the graph must not
-  /// change. Throws CUDAError; what was created is destroyed.
-  LimitStack(const TaskKernel &kernel, const Dag &dag, std::size_t streams = 0)
-      : CudaSteps(kernel), dag_(&dag) {
-    streams_.resize(streams == 0 ? std::max<std::size_t>(1, dag.width()) : streams);
+  /// Creates the streams of chain_streams(dag) and an event for every task with successors, on
+  /// kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
+  /// CUDAError; what was created is destroyed.
+  LimitStack(const TaskKernel &kernel, const Dag &dag) : CudaSteps(kernel), assignment_(chain_streams(dag)) {
+    streams_.resize(assignment_.streams);
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());
     for (TaskId task = 0; task < dag.size(); ++task)
       if (!dag.successors(task).empty()) events_[task] = CUDAEvent::Create(kDevice);
   }
 
-  stream_lease lease_stream(TaskId task) { return streams_[dag_->slot(task) % streams_.size()]; }
-  event_type get_event(TaskId task) { return events_[task]; }
+  stream_lease lease_stream(TaskId task) { return streams_[assignment_.stream_of[task]]; }
+  void wait(stream_lease stream, const event_type &input) {
+    if (input.stream != stream) CudaSteps::wait(stream, input.event);
+  }
+  event_type get_event(TaskId task) { return {events_[task], streams_[assignment_.stream_of[task]]}; }
+  void record(const event_type &event, stream_lease stream) { CudaSteps::record(event.event, stream); }
   void put_event(event_type &&) noexcept {}
   template <class F>
   void notify(stream_lease, F &&done) {
@@ -66,7 +75,7 @@ class LimitStack : public CudaSteps {
   }
 
  private:
-  const Dag *dag_;
+  StreamAssignment assignment_;
   std::vector<CUDAStream> streams_;
   std::vector<CUDAEvent> events_;  // by task; empty for a task that no task needs
 };
