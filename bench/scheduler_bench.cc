@@ -1,7 +1,7 @@
 // evpool bench: the example scheduler (examples/scheduler/) on a real GPU, the same executor on
-// each of its five stacks, against the graph captured once and replayed. Usage:
-//   evpool_scheduler_bench [--workloads fan-out,mixed,chains] [--threads 1,16,128]
-//                          [--stacks evpool,dali,pytorch,tensorflow,limit,graph] [--runs 3]
+// each of its seven stacks, against the graph captured once and replayed. Usage:
+//   evpool_scheduler_bench [--workloads fan-out,mixed,chains] [--threads 1,16,128] [--runs 3]
+//                          [--stacks evpool,dali,dali-exec,pytorch,tensorflow,tensorflow-exec,limit,graph]
 //                          [--scale F]
 // Exits 77 without a GPU, 2 on a bad argument (naming it).
 //
@@ -25,7 +25,8 @@
 //   made ready to the stack's finish(); the graph: one cudaGraphLaunch and its synchronisation).
 // - p50_us, p99_us: over every task of the run, from the moment it joined the ready queue to the
 //   moment its completion callback began (TaskTimes). na for the graph, which has no such moment,
-//   and for the limit stack, whose "completion" is only the end of the enqueue.
+//   and for the stacks whose "completion" is only the end of the enqueue (dali, dali-exec,
+//   tensorflow-exec, limit: enqueued_completions.h).
 // - cores: the whole process's CPU time (CLOCK_PROCESS_CPUTIME_ID) over the wall time of the same
 //   window, the call of Executor::run (or of the replay): workers, the completion mechanism's
 //   threads and the driver's threads together.
@@ -53,6 +54,7 @@
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_pool.h"
 #include "scheduler/dag.h"
+#include "scheduler/dali_exec_stack.h"
 #include "scheduler/dali_stack.h"
 #include "scheduler/evpool_stack.h"
 #include "scheduler/executor.h"
@@ -60,6 +62,7 @@
 #include "scheduler/limit_stack.h"
 #include "scheduler/pytorch_stack.h"
 #include "scheduler/task_kernel.h"
+#include "scheduler/tensorflow_exec_stack.h"
 #include "scheduler/tensorflow_stack.h"
 #include "scheduler/workloads.h"
 
@@ -71,7 +74,8 @@ using example::Dag;
 using example::TaskKernel;
 
 const std::vector<std::string> kWorkloads = {"fan-out", "mixed", "chains"};
-const std::vector<std::string> kStacks = {"evpool", "dali", "pytorch", "tensorflow", "limit", "graph"};
+const std::vector<std::string> kStacks = {"evpool",     "dali",  "dali-exec", "pytorch", "tensorflow",
+                                          "tensorflow-exec", "limit", "graph"};
 
 struct Options {
   std::vector<std::string> workloads = kWorkloads;
@@ -273,12 +277,16 @@ Contender make_graph_contender(const TaskKernel &kernel, const Dag &dag) {
   return contender;
 }
 
+// The stacks whose tasks are complete once enqueued (enqueued_completions.h) report no latency.
 Contender make_contender(const std::string &name, const TaskKernel &kernel, const Dag &dag, int threads) {
   if (name == "evpool") return make_stack_contender<example::EvpoolStack>(name, kernel, dag, threads, true);
-  if (name == "dali") return make_stack_contender<example::DaliStack>(name, kernel, dag, threads, true);
+  if (name == "dali") return make_stack_contender<example::DaliStack>(name, kernel, dag, threads, false);
+  if (name == "dali-exec") return make_stack_contender<example::DaliExecStack>(name, kernel, dag, threads, false);
   if (name == "pytorch") return make_stack_contender<example::PytorchStack>(name, kernel, dag, threads, true);
   if (name == "tensorflow")
     return make_stack_contender<example::TensorflowStack>(name, kernel, dag, threads, true);
+  if (name == "tensorflow-exec")
+    return make_stack_contender<example::TensorflowExecStack>(name, kernel, dag, threads, false);
   if (name == "limit") return make_stack_contender<example::LimitStack>(name, kernel, dag, threads, false);
   return make_graph_contender(kernel, dag);
 }

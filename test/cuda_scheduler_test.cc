@@ -1,13 +1,13 @@
-// The example scheduler (examples/scheduler/) on a real GPU, on each of its five stacks: evpool,
-// DALI-style, PyTorch-style, TensorFlow-style and the limit. For each, on each workload, with 1
-// and 16 workers, twice over with the same executor and stack: the checked task kernel
-// (task_kernel.h) says that every task's kernel ran once and never began before one of its inputs'
-// kernels had finished; the executor's times say that every task was made ready only after its
-// inputs' completions were seen; and nothing leaks: the executor handed back every lease and
-// event it took and heard every completion it asked for once (support/counting_stack.h), and
-// evpool's pools have every stream and event back. And the reference, the graph captured once and
-// replayed: each replay runs every kernel once more, none before its inputs. Each skips without a
-// GPU.
+// The example scheduler (examples/scheduler/) on a real GPU, on each of its seven stacks: evpool,
+// DALI's pools and DALI's executor, PyTorch-style, TensorFlow's pieces and TensorFlow's executor,
+// and the limit. For each, on each workload, with 1 and 16 workers, twice over with the same
+// executor and stack: the checked task kernel (task_kernel.h) says that every task's kernel ran
+// once and never began before one of its inputs' kernels had finished; the executor's times say
+// that every task was made ready only after its inputs' completions were seen; and nothing leaks:
+// the executor handed back every lease and event it took and heard every completion it asked for
+// once (support/counting_stack.h), and evpool's pools have every stream and event back. And the
+// reference, the graph captured once and replayed: each replay runs every kernel once more, none
+// before its inputs. Each skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -25,6 +25,7 @@
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_pool.h"
 #include "scheduler/dag.h"
+#include "scheduler/dali_exec_stack.h"
 #include "scheduler/dali_stack.h"
 #include "scheduler/evpool_stack.h"
 #include "scheduler/executor.h"
@@ -32,6 +33,7 @@
 #include "scheduler/limit_stack.h"
 #include "scheduler/pytorch_stack.h"
 #include "scheduler/task_kernel.h"
+#include "scheduler/tensorflow_exec_stack.h"
 #include "scheduler/tensorflow_stack.h"
 #include "scheduler/workloads.h"
 #include "support/counting_stack.h"
@@ -96,14 +98,16 @@ struct StackNames {
   static std::string GetName(int) {
     if (std::is_same_v<Stack, example::EvpoolStack>) return "Evpool";
     if (std::is_same_v<Stack, example::DaliStack>) return "Dali";
+    if (std::is_same_v<Stack, example::DaliExecStack>) return "DaliExec";
     if (std::is_same_v<Stack, example::PytorchStack>) return "Pytorch";
     if (std::is_same_v<Stack, example::TensorflowStack>) return "Tensorflow";
+    if (std::is_same_v<Stack, example::TensorflowExecStack>) return "TensorflowExec";
     return "Limit";
   }
 };
 
-using Stacks =
-    testing::Types<example::EvpoolStack, example::DaliStack, example::PytorchStack, example::TensorflowStack, example::LimitStack>;
+using Stacks = testing::Types<example::EvpoolStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
+                              example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
 TYPED_TEST_SUITE(SchedulerOnGpu, Stacks, StackNames);
 
 TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {

@@ -2,7 +2,7 @@
 //
 // Design rationale
 // ----------------
-// The five CUDA stacks differ in where streams, events and completions come from; the three
+// The seven CUDA stacks differ in where streams, events and completions come from; the three
 // steps a task enqueues with them are the same CUDA calls everywhere: cudaStreamWaitEvent for an
 // input, the task's kernel (task_kernel.h), cudaEventRecord for its own event. So they are here
 // once, on raw handles (each stack's leases and events convert to them), with what a CUDA status
@@ -52,12 +52,12 @@ class CudaSteps {
   static void throw_on(cudaError_t error, const char *call) {
     if (error != cudaSuccess) throw CUDAError(error, call);
   }
-  /// Hands `event` back to `pool` under kDevice, never throwing: a pool that refuses it (out of
-  /// memory) leaves it in `event`, which destroys it.
-  template <class Pool>
-  static void put_or_destroy(Pool &pool, CUDAEvent &&event) noexcept {
+  /// Hands `handle` (a CUDAEvent or CUDAStream) back to `pool` under kDevice, never throwing: a
+  /// pool that refuses it (out of memory) leaves it in `handle`, which destroys it.
+  template <class Pool, class Handle>
+  static void put_or_destroy(Pool &pool, Handle &&handle) noexcept {
     try {
-      pool.Put(std::move(event), kDevice);
+      pool.Put(std::move(handle), kDevice);
     } catch (...) {
     }
   }

@@ -25,6 +25,7 @@
 
 #include "chain_streams.h"
 #include "cuda_steps.h"
+#include "enqueued_completions.h"
 #include "dag.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_stream.h"
@@ -33,7 +34,7 @@
 
 namespace evpool::example {
 
-class LimitStack : public CudaSteps {
+class LimitStack : public EnqueuedCompletions {
  public:
   using stream_lease = cudaStream_t;
   /// A task's event and the stream it is recorded on; empty (false) when no event.
@@ -46,7 +47,7 @@ class LimitStack : public CudaSteps {
   /// Creates the streams of chain_streams(dag) and an event for every task with successors, on
   /// kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
   /// CUDAError; what was created is destroyed.
-  LimitStack(const TaskKernel &kernel, const Dag &dag) : CudaSteps(kernel), assignment_(chain_streams(dag)) {
+  LimitStack(const TaskKernel &kernel, const Dag &dag) : EnqueuedCompletions(kernel), assignment_(chain_streams(dag)) {
     streams_.resize(assignment_.streams);
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());
@@ -61,12 +62,6 @@ class LimitStack : public CudaSteps {
   event_type get_event(TaskId task) { return {events_[task], streams_[assignment_.stream_of[task]]}; }
   void record(const event_type &event, stream_lease stream) { CudaSteps::record(event.event, stream); }
   void put_event(event_type &&) noexcept {}
-  template <class F>
-  void notify(stream_lease, F &&done) {
-    done(cudaSuccess);
-  }
-  /// The one synchronisation, for all the work of the run.
-  void finish() { throw_on(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
   Created created() const noexcept {
     Created made{streams_.size(), 0};

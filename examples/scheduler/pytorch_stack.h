@@ -2,19 +2,30 @@
 //
 // Design rationale
 // ----------------
-// - Streams: PyTorch's pool, 32 streams per device handed out round-robin and shared by whoever
-//   gets them (round_robin_streams.h): nothing is exclusive, and a task's work may queue behind
-//   any other's that got the same stream.
-// - Events: a std::mutex and a vector per device (mutex_event_pool.h), the shape of PyTorch's
-//   CUDA event pool.
-// - Completions: a waiter thread per stream, each blocking in cudaEventSynchronize on the events
-//   of its stream in turn (event_sync_threads.h): what code around PyTorch writes when it must
-//   hear of GPU work from the host. 32 threads, each of which spins in the driver while it waits.
+// What a scheduler built from PyTorch's pieces gets, each re-implemented in bench/competitors/
+// after PyTorch's source:
+// - Streams: c10/cuda/CUDAStream.cpp's pool, 32 streams per device and priority
+//   (kStreamsPerPool), created together at the first request and handed out round-robin
+//   (get_idx: counter++ % 32), shared by whoever gets them (round_robin_streams.h): nothing is
+//   exclusive, and a task's work may queue behind any other's that got the same stream.
+// - Events: a std::mutex and a vector per device (mutex_event_pool.h), the shape of the event
+//   pools in c10/cuda/CUDACachingAllocator.cpp (EventPool) and the pinned host allocator.
+// - Completions: PyTorch has no callback mechanism; code around it hears of GPU work through
+//   torch.cuda.Event's query() (cudaEventQuery) or synchronize() (cudaEventSynchronize). This
+//   stack takes synchronize() from a pool of waiter threads sized to the host's cores
+//   (event_sync_threads.h): stream i's events go to waiter i % cores, which synchronises on them
+//   in the order they came. Each waiter spins in the driver while it waits (the events have
+//   PyTorch's default flags, cudaEventDisableTiming), so with work in flight the waiters hold
+//   cores that the workers need too; more waiters than cores would only compete more, fewer would
+//   queue more completions behind one another. query() from the workers themselves needs an
+//   executor that polls between tasks, which this one (executor.h) does not.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <thread>
 #include <utility>
 
 #include "competitors/event_sync_threads.h"
@@ -42,9 +53,9 @@ class PytorchStack : public CudaSteps {
   };
   using event_type = CUDAEvent;
 
-  /// Starts the waiter threads on the caller's current device, which must be kDevice. `kernel`
-  /// must outlive the stack. Throws std::system_error if a thread cannot start, CUDAError where
-  /// CUDA has no device.
+  /// Starts a waiter thread per core (at least one) on the caller's current device, which must be
+  /// kDevice. `kernel` must outlive the stack. Throws std::system_error if a thread cannot start,
+  /// CUDAError where CUDA has no device.
   explicit PytorchStack(const TaskKernel &kernel) : CudaSteps(kernel) {}
 
   stream_lease lease_stream(TaskId) {
@@ -55,7 +66,7 @@ class PytorchStack : public CudaSteps {
   void put_event(event_type &&event) noexcept { put_or_destroy(events_, std::move(event)); }
   template <class F>
   void notify(const stream_lease &stream, F &&done) {
-    waiters_.notify(static_cast<int>(stream.index), stream.stream, std::forward<F>(done));
+    waiters_.notify(static_cast<int>(stream.index % waiter_count_), stream.stream, std::forward<F>(done));
   }
   void finish() {}
   /// The round-robin streams are created at the first lease, all at once.
@@ -64,7 +75,8 @@ class PytorchStack : public CudaSteps {
  private:
   competitors::RoundRobinStreams<CUDAStreamBackend, kStreams> streams_;
   competitors::MutexEventPool<CUDAEventBackend> events_;
-  competitors::EventSyncThreads waiters_{static_cast<int>(kStreams)};  // last: stops first, after its requests
+  const std::size_t waiter_count_ = std::max(1u, std::thread::hardware_concurrency());
+  competitors::EventSyncThreads waiters_{static_cast<int>(waiter_count_)};  // last: stops first, after its requests
 };
 
 }  // namespace evpool::example

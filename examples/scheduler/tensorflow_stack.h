@@ -1,14 +1,18 @@
-// evpool example scheduler: TensorflowStack, the executor's plumbing from TensorFlow's pieces.
+// evpool example scheduler: TensorflowStack, TensorFlow's pieces under an executor that leases a
+// stream per task.
 //
 // Design rationale
 // ----------------
 // - Streams and events: a std::mutex and a vector per device each (mutex_event_pool.h, over
-//   streams and over events). A stream goes back with its work pending and is handed out again at
-//   once, as from DALI's pool.
-// - Completions: TensorFlow's EventMgr (fifo_event_poller.h): one FIFO of recorded events under
-//   one mutex, swept whole by a polling thread that sleeps 10 us between sweeps, and a second
-//   thread that runs the callbacks. Its callbacks take no status: an event in error aborts the
-//   process, as TensorFlow's does, so the executor only ever hears of success.
+//   streams and over events), for want of a TensorFlow pool of streams: TensorFlow's own executor
+//   runs every kernel on one compute stream (tensorflow_exec_stack.h). A stream goes back with its
+//   work pending and is handed out again at once, as from DALI's pool.
+// - Completions: TensorFlow's EventMgr (fifo_event_poller.h, after
+//   tensorflow/core/common_runtime/device/device_event_mgr.cc and the gpu_event_mgr.cc before it):
+//   one FIFO of recorded events under one mutex, swept whole by a polling thread that sleeps
+//   polling_active_delay_usecs (10 us) between sweeps, with the same 1 us timer slack as evpool's
+//   poller, and a second thread that runs the callbacks. Its callbacks take no status: an event in
+//   error aborts the process, as TensorFlow's does, so the executor only ever hears of success.
 #pragma once
 
 #include <cuda_runtime_api.h>
