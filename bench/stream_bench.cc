@@ -57,6 +57,24 @@ void check(cudaError_t error, const char *what) {
   }
 }
 
+// Whether the variant ends a synced unit itself (evpool-synced), rather than with
+// cudaStreamSynchronize and its release().
+template <class Variant>
+constexpr bool kSynchronisesItself = requires(Variant variant, typename Variant::Held held) {
+  variant.synchronize_and_release(std::move(held));
+};
+
+// The end of a synced or mixed unit: wait for the stream's work, hand the stream back.
+template <class Variant>
+void synchronize_and_release(Variant &variant, typename Variant::Held &&held) {
+  if constexpr (kSynchronisesItself<Variant>) {
+    variant.synchronize_and_release(std::move(held));
+  } else {
+    check(cudaStreamSynchronize(Variant::stream(held)), "cudaStreamSynchronize");
+    variant.release(std::move(held));
+  }
+}
+
 struct Point {
   double units_per_s = 0;
   std::vector<double> short_us, long_us;  // mixed only
@@ -117,8 +135,7 @@ Point run_point(std::string_view workload, int threads, double seconds, Buffers 
         const cudaStream_t stream = Variant::stream(held);
         check(cudaMemsetAsync(buffers.synced_buffers[static_cast<std::size_t>(t)], 3, kSyncedBytes, stream),
               "cudaMemsetAsync");
-        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        variant.release(std::move(held));
+        synchronize_and_release(variant, std::move(held));
         short_us[static_cast<std::size_t>(t)].push_back(
             std::chrono::duration<double, std::micro>(Clock::now() - began).count());
       } else {  // mixed
@@ -129,8 +146,7 @@ Point run_point(std::string_view workload, int threads, double seconds, Buffers 
         check(cudaMemsetAsync(long_unit ? buffers.long_buffer : small, 2,
                               long_unit ? kLongBytes : kShortBytes, stream),
               "cudaMemsetAsync");
-        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        variant.release(std::move(held));
+        synchronize_and_release(variant, std::move(held));
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - began).count();
         (long_unit ? long_us : short_us)[static_cast<std::size_t>(t)].push_back(us);
       }
@@ -209,6 +225,7 @@ template <class Variant>
 void run_variant(std::string_view workload, int threads, double seconds, Buffers &buffers) {
   if (workload == "handoff" && (threads < 2 || !requires(Variant v) { v.hand_over(v.acquire(0, 0)); }))
     return;
+  if (workload != "synced" && workload != "mixed" && kSynchronisesItself<Variant>) return;
   Point point = run_point<Variant>(workload, threads, seconds, buffers);
   std::printf("%s %s threads=%d units_per_s=%.0f", std::string(workload).c_str(),
               std::string(Variant::kName).c_str(), threads, point.units_per_s);
@@ -263,6 +280,7 @@ int main(int argc, char **argv) {
       const int threads = std::atoi(text.c_str());
       run_variant<EvpoolStreams>(workload, threads, seconds, buffers);
       run_variant<EvpoolAtOnceStreams>(workload, threads, seconds, buffers);
+      run_variant<EvpoolSyncedStreams>(workload, threads, seconds, buffers);
       run_variant<SpinlockStreams>(workload, threads, seconds, buffers);
       run_variant<MutexStreams>(workload, threads, seconds, buffers);
       run_variant<RoundRobinStreamVariant>(workload, threads, seconds, buffers);

@@ -4,6 +4,9 @@
 //
 //   evpool            CUDAStreamPool: exclusive leases, thread caches, busy streams never re-handed
 //   evpool-at-once    the same pool with StreamReuse::kAtOnce, asking no stream: what asking costs
+//   evpool-synced     the default pool, each synced unit ending with the lease's
+//                     synchronize_and_reset(): the hand-back vouches for the stream, and the next
+//                     Get asks nothing (synced and mixed only; elsewhere it is evpool)
 //   spinlock          DALI's CUDAStreamPool design (competitors/spinlock_event_pool.h over streams)
 //   mutex             std::mutex + a vector per device
 //   round-robin       32 shared streams per device, PyTorch and RMM style: nothing is exclusive
@@ -44,6 +47,13 @@ struct EvpoolStreams {
 struct EvpoolAtOnceStreams : EvpoolStreams {
   static constexpr std::string_view kName = "evpool-at-once";
   explicit EvpoolAtOnceStreams(int threads) : EvpoolStreams(threads, StreamReuse::kAtOnce) {}
+};
+
+// The default pool, a synced unit synchronising through the lease: no query on the next Get.
+struct EvpoolSyncedStreams : EvpoolStreams {
+  static constexpr std::string_view kName = "evpool-synced";
+  using EvpoolStreams::EvpoolStreams;
+  void synchronize_and_release(Held &&held) { held.synchronize_and_reset(); }
 };
 
 // DALI's spinlock design and the mutex pool hand out owned streams and take them back.

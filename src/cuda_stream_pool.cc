@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda_runtime_helpers.h"
+#include "evpool/cuda_error.h"
 #include "process_wide_pools.h"
 
 namespace evpool {
@@ -18,6 +19,14 @@ static_assert(cudaStreamDefault == 0 && cudaStreamNonBlocking == 1);
 using ProcessPools = detail::ProcessWidePools<CUDAStreamPool, 2 * kPriorities>;
 
 }  // namespace
+
+void CUDAStreamLease::synchronize_and_reset() {
+  if (!lease_) return;
+  if (const cudaError_t error = cudaStreamSynchronize(lease_.get()); error != cudaSuccess)
+    throw CUDAError(error, "cudaStreamSynchronize");
+  pool_ = nullptr;
+  lease_.reset_known_idle();
+}
 
 CUDAStreamPool &CUDAStreamPool::instance() { return instance_for(cudaStreamNonBlocking, 0); }
 

@@ -79,6 +79,15 @@ class EVPOOL_API CUDAStreamLease {
     lease_.reset();
   }
 
+  /// Waits for the work enqueued on the stream so far (cudaStreamSynchronize), then returns the
+  /// stream to its pool as reset() does, known to be idle: this thread's next Get takes it without
+  /// asking the driver, unless another stream came back to this thread's cache in between. So a
+  /// holder that synchronises anyway pays no query for its next stream (docs/streams.md, "What
+  /// asking costs"). Throws CUDAError if the synchronisation fails (an error of the stream's work,
+  /// or a stream being captured); the lease then still holds the stream. Nothing for an empty
+  /// lease. Thread-safety: as reset(); blocks until the stream's work is done.
+  void synchronize_and_reset();
+
  private:
   friend class CUDAStreamPool;
   using Lease = BasicHandlePool<CUDAStreamBackend, StreamPoolPolicy>::unique_lease;

@@ -56,15 +56,24 @@ class UniqueLease {
   /// cannot take it back (it is gone, or over its idle limit), the handle is retired. A handle
   /// leased before fork() is not returned in the child (its handle belongs to the parent) but
   /// forgotten.
-  void reset() noexcept {
-    if (core_ == nullptr) return;
-    const bool parents_handle = fork_generation_ != detail::fork_generation();
-    std::exchange(core_, nullptr)->end_lease(std::move(owner_), parents_handle);
-  }
+  void reset() noexcept { end(/*idle=*/false); }
+
+  /// As reset(), the caller vouching that no work is pending on the handle: it waited for all
+  /// of it and enqueued nothing since. A pool whose handles can be busy (streams) then hands the
+  /// handle to this thread's next Get without asking the backend, if nothing else came back to
+  /// this thread's cache in between. Vouching falsely breaks Get's promise that no work is pending
+  /// on a stream it hands out. For other pools the same as reset().
+  void reset_known_idle() noexcept { end(/*idle=*/true); }
 
  private:
   template <HandleBackend, class>
   friend class BasicHandlePool;
+
+  void end(bool idle) noexcept {
+    if (core_ == nullptr) return;
+    const bool parents_handle = fork_generation_ != detail::fork_generation();
+    std::exchange(core_, nullptr)->end_lease(std::move(owner_), parents_handle, idle);
+  }
 
   UniqueLease(Core &core, owner_type &&owner) noexcept
       : core_(&core), owner_(std::move(owner)), fork_generation_(detail::fork_generation()) {}

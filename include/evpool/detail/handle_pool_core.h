@@ -240,16 +240,19 @@ class HandlePoolCore final : private DeferredWork {
 
   /// A lease ends: `owner` (of the device it records; may be empty if the holder took it out)
   /// goes back to the pool, or is only forgotten if `forget` (a parent's handle in a fork child),
-  /// or is retired if the pool is gone or cannot take it. Never throws; calls no backend. May
-  /// defer the core's end.
+  /// or is retired if the pool is gone or cannot take it. `idle`: the holder knows that no work
+  /// is pending on the handle (UniqueLease::reset_known_idle); where it lands on top of the
+  /// thread's loaded magazine, the next Get there takes it without asking (thread_cache.h,
+  /// top_idle). Never throws; calls no backend. May defer the core's end.
   /// Inlined down to a cache hit with room in the loaded magazine, as Put.
-  [[gnu::always_inline]] void end_lease(owner_type &&owner, bool forget) noexcept {
+  [[gnu::always_inline]] void end_lease(owner_type &&owner, bool forget, bool idle = false) noexcept {
     if (!forget && owner) [[likely]] {
       if (Cache *cache = enter_own_cache()) [[likely]] {
         auto &magazines = cache->owner_magazines(owner.device_id());
         const bool room = magazines.has_room();
         if (room) [[likely]] {
           magazines.loaded.put(owner.release());
+          if constexpr (kBusyHandles) magazines.top_idle = idle;
           cache->owner_count_leases(-1);
         }
         cache->owner_exit();
@@ -257,7 +260,7 @@ class HandlePoolCore final : private DeferredWork {
           return;
       }
     }
-    end_lease_slow(std::move(owner), forget);
+    end_lease_slow(std::move(owner), forget, idle);
   }
 
   /// A lease's holder takes its handle out (UniqueLease::release): under a cap, the handle
@@ -297,6 +300,7 @@ class HandlePoolCore final : private DeferredWork {
         auto &magazines = cache->owner_magazines(block->device);
         if (magazines.has_room()) [[likely]] {
           magazines.loaded.put(block->handle);
+          if constexpr (kBusyHandles) magazines.top_idle = false;
           cache->owner_count_leases(-1);
           const bool kept = keep_spare_block(*cache, block);
           // The count changes before owner_exit: close() reads it only after the section ends
@@ -513,7 +517,7 @@ class HandlePoolCore final : private DeferredWork {
                                                    int device, int leases) noexcept(!kBusyHandles) {
     const handle_type handle = magazines.loaded.take();
     if constexpr (kBusyHandles)
-      if (is_busy(handle)) [[unlikely]]
+      if (!std::exchange(magazines.top_idle, false) && is_busy(handle)) [[unlikely]]
         return take_older_or_bypass(cache, magazines, handle, device, leases);
     if (leases != 0) cache.owner_count_leases(leases);
     cache.owner_exit();
@@ -741,7 +745,7 @@ class HandlePoolCore final : private DeferredWork {
   }
 
   // Makes no fork check of its own: each way on finds the cache through the hint or checks.
-  [[gnu::noinline]] void end_lease_slow(owner_type &&owner, bool forget) noexcept {
+  [[gnu::noinline]] void end_lease_slow(owner_type &&owner, bool forget, bool idle) noexcept {
     if (forget) (void)owner.release();
     if (!owner) {
       count_leases(-1);
@@ -751,6 +755,7 @@ class HandlePoolCore final : private DeferredWork {
     if (Cache *cache = enter_own_cache()) {
       try {
         put_into_cache(*cache, device, owner.get(), false);
+        if constexpr (kBusyHandles) cache->owner_magazines(device).top_idle = idle;  // it is on top
         (void)owner.release();
       } catch (...) {
         depots_.retire_one(device, owner.release());  // no memory for a magazine
@@ -897,6 +902,7 @@ class HandlePoolCore final : private DeferredWork {
 
   // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.
   bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
+    if constexpr (kBusyHandles) magazines.top_idle = false;  // what comes back is asked again (thread_cache.h)
     if (!magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return true;
@@ -924,6 +930,7 @@ class HandlePoolCore final : private DeferredWork {
   [[gnu::always_inline]] static void file_in_loaded(typename Cache::DeviceMagazines &magazines,
                                                     handle_type handle, bool adopted) noexcept {
     magazines.loaded.put(handle);
+    if constexpr (kBusyHandles) magazines.top_idle = false;
     magazines.counts.count_put(adopted);
   }
 

@@ -74,7 +74,7 @@
 //   [384, 512)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
 //   [512, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
-//                the count of adopted Puts, the fill limit and the trades), written by the owner
+//                the count of adopted Puts, the fill limit, the trades and top_idle), written by the owner
 //                on every call; rounded up to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
@@ -125,7 +125,16 @@ class ThreadCache final : public ThreadCacheLink {
     /// Puts fill the loaded magazine up to here (a magazine from the depot may hold more, up to
     /// Pool::kCacheCapacity: it then counts as full). See "Magazine size" above.
     std::uint32_t fill_limit = Pool::kCacheStartCapacity;
-    std::uint32_t trades = 0;  // since fill_limit last grew
+    std::uint16_t trades = 0;  // since fill_limit last grew
+    /// Pools of busy handles (streams): the handle on top of `loaded` came back known idle (its
+    /// holder synchronised it and enqueued nothing since: UniqueLease::reset_known_idle), and
+    /// nothing has touched `loaded` since, so the next Get may hand it out without asking. Every
+    /// other Put into the cache and every Get from it clears it, and so does every refill of
+    /// `loaded`: a handle can leave the cache (a flush, a purger) and come back with a refill,
+    /// its holder in between having left work on it. A purger needs no clear of its own: it
+    /// leaves `loaded` empty, so the owner's next Get refills first, and its next Put clears.
+    /// Written and read by the owner alone.
+    bool top_idle = false;
 
     std::uint64_t gets() const noexcept { return loaded.gets() + previous.gets(); }
     /// Whether a Put may go into the loaded magazine: one is held, filled below the limit.
@@ -144,6 +153,7 @@ class ThreadCache final : public ThreadCacheLink {
     }
   };
   static_assert(sizeof(DeviceMagazines) == 64, "a device's entry is half a line: none straddles two");
+  static_assert(Pool::kCacheGrowthTrades <= 0xffff, "DeviceMagazines::trades counts up to it in 16 bits");
 
   /// A cache for `devices` devices. Its magazine table is allocated with it, right behind the
   /// object, so the fast path reaches a device's slots at a fixed offset from the cache instead of
