@@ -24,7 +24,7 @@ import pathlib
 import statistics
 import sys
 
-VARIANTS = ["evpool", "evpool-2-pollers", "evpool-4-pollers", "host-func", "event-sync-thread", "tf-fifo", "pika-poll-all"]
+VARIANTS = ["evpool", "evpool-signal", "evpool-2-pollers", "evpool-4-pollers", "host-func", "event-sync-thread", "tf-fifo", "pika-poll-all"]
 # (figure, title, divisor, digits)
 FIGURES = [
     ("completions_per_s", "M completions per second", 1e6, 3),

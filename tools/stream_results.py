@@ -3,20 +3,24 @@
 
 Usage: tools/stream_results.py OUT_DIR RUN.txt [RUN.txt...]
 
-Each RUN.txt is one run's output; a point's figure is the median over the runs. Writes
-OUT_DIR/streams-tables.md (one table per workload: units per second; for `mixed` also the short
-units' median and 99th-percentile latency and the long units' median) and, where matplotlib is
-installed, OUT_DIR/streams-<workload>.png.
+Each RUN.txt holds one or more runs' output (tools/gpu-verdict writes three into one file); a
+point's figure is the median over the runs. Writes OUT_DIR/streams-tables.md (one table per
+workload: units per second; for `mixed` also the short units' median and 99th-percentile latency
+and the long units' median, for `synced` the units' median and p99) and, where matplotlib is
+installed, OUT_DIR/streams-<workload>.png. Where the runs hold one workload W alone, the tables go
+to OUT_DIR/streams-W-tables.md instead, beside a full run's.
 """
 import collections
 import pathlib
 import statistics
 import sys
 
-VARIANTS = ["evpool", "evpool-at-once", "spinlock", "mutex", "round-robin", "private"]
-WORKLOADS = ["pair", "handoff", "loop", "mixed"]
+VARIANTS = ["evpool", "evpool-at-once", "evpool-synced", "spinlock", "mutex", "round-robin", "private"]
+WORKLOADS = ["pair", "handoff", "loop", "synced", "mixed"]
 MIXED_LATENCIES = [("short_median_us", "short units, median us"), ("short_p99_us", "short units, p99 us"),
                    ("long_median_us", "long units, median us")]
+SYNCED_LATENCIES = [("median_us", "units, median us"), ("p99_us", "units, p99 us")]
+LATENCIES = {"mixed": MIXED_LATENCIES, "synced": SYNCED_LATENCIES}
 
 
 def read(paths):
@@ -58,8 +62,7 @@ def plot(points, workload, out):
     except ImportError:
         return None
     panels = [("units_per_s", "M units per second", 1e6)]
-    if workload == "mixed":
-        panels += [(figure, title, 1.0) for figure, title in MIXED_LATENCIES[:2]]
+    panels += [(figure, title, 1.0) for figure, title in LATENCIES.get(workload, [])[:2]]
     figure_, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
     threads = sorted({key[2] for key in points if key[0] == workload})
     for axis, (figure, title, scale) in zip(axes[0], panels):
@@ -87,17 +90,19 @@ def main():
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     points = read(sys.argv[2:])
-    sections = [f"Medians of {len(sys.argv) - 2} runs.\n"]
+    runs = max(len(figures) for figures in points.values()) if points else 0
+    sections = [f"Medians of {runs} runs.\n"]
     for workload in WORKLOADS:
         if not any(key[0] == workload for key in points):
             continue
         sections.append(f"### {workload}: M units per second\n\n" + table(points, workload, "units_per_s", 1e6, 3))
-        if workload == "mixed":
-            for figure, title in MIXED_LATENCIES:
-                sections.append(f"### mixed: {title}\n\n" + table(points, workload, figure, 1.0, 1))
+        for figure, title in LATENCIES.get(workload, []):
+            sections.append(f"### {workload}: {title}\n\n" + table(points, workload, figure, 1.0, 1))
         plot(points, workload, out)
-    (out / "streams-tables.md").write_text("\n\n".join(sections) + "\n")
-    print(f"wrote {out / 'streams-tables.md'}")
+    workloads = {key[0] for key in points}
+    name = f"streams-{next(iter(workloads))}-tables.md" if len(workloads) == 1 else "streams-tables.md"
+    (out / name).write_text("\n\n".join(sections) + "\n")
+    print(f"wrote {out / name}")
 
 
 if __name__ == "__main__":
