@@ -74,8 +74,9 @@ using example::Dag;
 using example::TaskKernel;
 
 const std::vector<std::string> kWorkloads = {"fan-out", "mixed", "chains"};
-const std::vector<std::string> kStacks = {"evpool",     "dali",  "dali-exec", "pytorch", "tensorflow",
-                                          "tensorflow-exec", "limit", "graph"};
+const std::vector<std::string> kStacks = {
+    "evpool", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph",
+};
 
 struct Options {
   std::vector<std::string> workloads = kWorkloads;
@@ -281,7 +282,8 @@ Contender make_graph_contender(const TaskKernel &kernel, const Dag &dag) {
 Contender make_contender(const std::string &name, const TaskKernel &kernel, const Dag &dag, int threads) {
   if (name == "evpool") return make_stack_contender<example::EvpoolStack>(name, kernel, dag, threads, true);
   if (name == "dali") return make_stack_contender<example::DaliStack>(name, kernel, dag, threads, false);
-  if (name == "dali-exec") return make_stack_contender<example::DaliExecStack>(name, kernel, dag, threads, false);
+  if (name == "dali-exec")
+    return make_stack_contender<example::DaliExecStack>(name, kernel, dag, threads, false);
   if (name == "pytorch") return make_stack_contender<example::PytorchStack>(name, kernel, dag, threads, true);
   if (name == "tensorflow")
     return make_stack_contender<example::TensorflowStack>(name, kernel, dag, threads, true);

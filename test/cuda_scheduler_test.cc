@@ -106,8 +106,9 @@ struct StackNames {
   }
 };
 
-using Stacks = testing::Types<example::EvpoolStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
-                              example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
+using Stacks =
+    testing::Types<example::EvpoolStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
+                   example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
 TYPED_TEST_SUITE(SchedulerOnGpu, Stacks, StackNames);
 
 TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {

@@ -201,7 +201,8 @@ constexpr TaskId kNoTask = static_cast<TaskId>(-1);
 // The benchmark's three graphs at full size (bench/scheduler_bench.cc).
 TEST(SchedulerChainStreams, EveryStreamIsAChainSoTheBenchmarksGraphsTakeTheirCriticalPath) {
   example::MixedRandomOptions mixed;
-  const Dag graphs[] = {example::fan_out_fan_in(200), example::mixed_random(mixed), example::independent_chains(16, 1600)};
+  const Dag graphs[] = {example::fan_out_fan_in(200), example::mixed_random(mixed),
+                        example::independent_chains(16, 1600)};
   const std::size_t streams[] = {256, 1005, 16};  // chain_streams.h quotes these
   for (std::size_t i = 0; i < std::size(graphs); ++i) {
     const Dag &dag = graphs[i];
@@ -236,7 +237,8 @@ TEST(SchedulerChainStreams, EveryStreamIsAChainSoTheBenchmarksGraphsTakeTheirCri
   // What pinning by slot costs the mixed graph, as chain_streams.h says: 1.62 times.
   const Dag &dag = graphs[1];
   const auto pinned = test::gpu_time(dag, launches_on(dag, [&](TaskId t) { return dag.slot(t) % dag.width(); }));
-  EXPECT_NEAR(static_cast<double>(pinned.count()) / static_cast<double>(test::critical_path(dag).count()), 1.62, 0.005);
+  EXPECT_NEAR(static_cast<double>(pinned.count()) / static_cast<double>(test::critical_path(dag).count()),
+              1.62, 0.005);
 }
 
 TEST(SchedulerGpuTime, ATaskWaitsForItsStreamAndItsInputsAndNothingElse) {

@@ -135,7 +135,8 @@ class HostLimitStack : public SimulatedSteps {
   using stream_lease = SimulatedGpu::Token;
   using event_type = SimulatedGpu::Token;  // the task's id + 1: 0 is empty
 
-  HostLimitStack(SimulatedGpu &gpu, const Dag &dag) : SimulatedSteps(gpu), assignment_(example::chain_streams(dag)) {}
+  HostLimitStack(SimulatedGpu &gpu, const Dag &dag)
+      : SimulatedSteps(gpu), assignment_(example::chain_streams(dag)) {}
 
   stream_lease lease_stream(TaskId task) { return assignment_.stream_of[task] + std::uint64_t{1}; }
   // As the CUDA limit stack: no wait for an input that ran on the task's own stream.

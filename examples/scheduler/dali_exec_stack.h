@@ -48,7 +48,8 @@ class DaliExecStack : public EnqueuedCompletions {
 
   /// Takes the stack's one stream from its pool. `kernel` must outlive the stack. Throws
   /// CUDAError where CUDA has no device.
-  explicit DaliExecStack(const TaskKernel &kernel) : EnqueuedCompletions(kernel), stream_(streams_.Get(kDevice)) {}
+  explicit DaliExecStack(const TaskKernel &kernel)
+      : EnqueuedCompletions(kernel), stream_(streams_.Get(kDevice)) {}
   DaliExecStack(const DaliExecStack &) = delete;
   DaliExecStack &operator=(const DaliExecStack &) = delete;
   ~DaliExecStack() { put_or_destroy(streams_, std::move(stream_)); }

@@ -47,7 +47,8 @@ class LimitStack : public EnqueuedCompletions {
   /// Creates the streams of chain_streams(dag) and an event for every task with successors, on
   /// kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
   /// CUDAError; what was created is destroyed.
-  LimitStack(const TaskKernel &kernel, const Dag &dag) : EnqueuedCompletions(kernel), assignment_(chain_streams(dag)) {
+  LimitStack(const TaskKernel &kernel, const Dag &dag)
+      : EnqueuedCompletions(kernel), assignment_(chain_streams(dag)) {
     streams_.resize(assignment_.streams);
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());

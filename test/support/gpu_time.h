@@ -43,8 +43,8 @@ inline std::chrono::nanoseconds gpu_time(const example::Dag &dag, const std::vec
     nanoseconds start = stream_free[launch.stream];
     for (const example::TaskId input : dag.inputs(launch.task)) {
       if (done[input] < nanoseconds(0))
-        throw std::invalid_argument("gpu_time: task " + std::to_string(launch.task) + " launched before its input " +
-                                    std::to_string(input));
+        throw std::invalid_argument("gpu_time: task " + std::to_string(launch.task) +
+                                    " launched before its input " + std::to_string(input));
       start = std::max(start, done[input]);
     }
     done[launch.task] = stream_free[launch.stream] = start + dag.duration(launch.task);

@@ -902,7 +902,8 @@ class HandlePoolCore final : private DeferredWork {
 
   // Loaded is empty (or absent): swap in a full previous, or trade for a filled depot magazine.
   bool refill_cache(typename Cache::DeviceMagazines &magazines, int device) noexcept {
-    if constexpr (kBusyHandles) magazines.top_idle = false;  // what comes back is asked again (thread_cache.h)
+    // What comes back to the top is asked again (thread_cache.h, top_idle).
+    if constexpr (kBusyHandles) magazines.top_idle = false;
     if (!magazines.previous.empty()) {
       std::swap(magazines.loaded, magazines.previous);
       return true;
