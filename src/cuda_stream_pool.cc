@@ -22,6 +22,10 @@ using ProcessPools = detail::ProcessWidePools<CUDAStreamPool, 2 * kPriorities>;
 
 void CUDAStreamLease::synchronize_and_reset() {
   if (!lease_) return;
+  if (lease_.from_parent_process()) {  // the parent's stream: forgotten, as reset() does
+    reset();
+    return;
+  }
   if (const cudaError_t error = cudaStreamSynchronize(lease_.get()); error != cudaSuccess)
     throw CUDAError(error, "cudaStreamSynchronize");
   pool_ = nullptr;

@@ -6,8 +6,10 @@
 // mark would hand it out. On the host seam (HostStreamBackend), whose queries are counted.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "evpool/basic_handle_pool.h"
 #include "support/host_stream_backend.h"
@@ -93,6 +95,21 @@ TEST_F(KnownIdleStreams, ASharedLeaseEndingOnTopIsAsked) {
   const Token token = shared.get();
   backend.make_busy(token, 1000);
   shared.reset();
+  expect_next_get_asks_and_passes_over(token);
+}
+
+// A lease that ends on a full loaded magazine takes end_lease_slow (room made, then filed): its
+// mark is the lease's own, so an ordinary end there is asked.
+TEST_F(KnownIdleStreams, ALeaseEndingOnAFullMagazineIsAsked) {
+  std::vector<decltype(pool.Lease(0))> leases;
+  for (unsigned i = 0; i <= DefaultPoolPolicy::cache_start_capacity; ++i) leases.push_back(pool.Lease(0));
+  auto last = std::move(leases.back());
+  leases.pop_back();
+  for (std::size_t i = 0; i + 1 < leases.size(); ++i) leases[i].reset();
+  leases.back().reset_known_idle();  // the magazine's last place, marked: it is full
+  const Token token = last.get();
+  backend.make_busy(token, 1000);
+  last.reset();  // no room: the slow way
   expect_next_get_asks_and_passes_over(token);
 }
 

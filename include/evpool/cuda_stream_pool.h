@@ -9,7 +9,8 @@
 //   caller's work never queues behind another's (a round-robin pool, PyTorch's or RMM's, hands
 //   the same stream to many callers at once);
 // - Get never hands out a stream whose work is still pending: it asks (a driver query) the
-//   thread's newest cached stream, then the oldest of each of its magazines, then the depot's,
+//   thread's newest cached stream (unless its holder handed it back known idle, through
+//   synchronize_and_reset), then the oldest of each of its magazines, then the depot's,
 //   where the busy streams it meets are set aside and asked again when nothing else is idle, and
 //   creates only when every stream of the depot and set aside is busy (detail/handle_pool_core.h,
 //   take_older_or_bypass; detail/device_depots.h, take_idle). Asking is serialised in the driver
@@ -80,12 +81,14 @@ class EVPOOL_API CUDAStreamLease {
   }
 
   /// Waits for the work enqueued on the stream so far (cudaStreamSynchronize), then returns the
-  /// stream to its pool as reset() does, known to be idle: this thread's next Get takes it without
-  /// asking the driver, unless another stream came back to this thread's cache in between. So a
-  /// holder that synchronises anyway pays no query for its next stream (docs/streams.md, "What
-  /// asking costs"). Throws CUDAError if the synchronisation fails (an error of the stream's work,
-  /// or a stream being captured); the lease then still holds the stream. Nothing for an empty
-  /// lease. Thread-safety: as reset(); blocks until the stream's work is done.
+  /// stream to its pool as reset() does, known to be idle: this thread's next Get of the device
+  /// takes it without asking the driver, unless anything else reached the top of this thread's
+  /// cache in between (UniqueLease::reset_known_idle lists what). So a holder that synchronises
+  /// anyway pays no query for its next stream (docs/streams.md, "What asking costs"). Throws
+  /// CUDAError if the synchronisation fails (an error of the stream's work, or a stream being
+  /// captured); the lease then still holds the stream. Nothing for an empty lease. In a fork
+  /// child, a lease begun in the parent is only forgotten, as reset() does, without a CUDA call.
+  /// Thread-safety: as reset(); blocks until the stream's work is done.
   void synchronize_and_reset();
 
  private:

@@ -60,10 +60,19 @@ class UniqueLease {
 
   /// As reset(), the caller vouching that no work is pending on the handle: it waited for all
   /// of it and enqueued nothing since. A pool whose handles can be busy (streams) then hands the
-  /// handle to this thread's next Get without asking the backend, if nothing else came back to
-  /// this thread's cache in between. Vouching falsely breaks Get's promise that no work is pending
-  /// on a stream it hands out. For other pools the same as reset().
+  /// handle to this thread's next Get of the same device without asking the backend, unless
+  /// anything else reached the top of this thread's cache in between: another hand-back or Get of
+  /// this thread, or a flush or purge of the cache (FlushThreadCache, Trim, Purge, a Get at the
+  /// cap); and not where the hand-back bypasses the cache (no caches, checked mode, a purge in
+  /// progress). Vouching falsely breaks Get's promise that no work is pending on a stream it
+  /// hands out. For other pools the same as reset().
   void reset_known_idle() noexcept { end(/*idle=*/true); }
+
+  /// Whether the lease was begun before a fork() of this process and this is the child: its
+  /// handle is the parent's, and ending the lease only forgets it.
+  bool from_parent_process() const noexcept {
+    return core_ != nullptr && fork_generation_ != detail::fork_generation();
+  }
 
  private:
   template <HandleBackend, class>

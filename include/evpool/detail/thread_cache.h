@@ -131,9 +131,11 @@ class ThreadCache final : public ThreadCacheLink {
     /// nothing has touched `loaded` since, so the next Get may hand it out without asking. Every
     /// other Put into the cache and every Get from it clears it, and so does every refill of
     /// `loaded`: a handle can leave the cache (a flush, a purger) and come back with a refill,
-    /// its holder in between having left work on it. A purger needs no clear of its own: it
-    /// leaves `loaded` empty, so the owner's next Get refills first, and its next Put clears.
-    /// Written and read by the owner alone.
+    /// its holder in between having left work on it. A purger needs no clear of its own: one that
+    /// empties the cache leaves `loaded` empty, so the owner's next Get refills first and its
+    /// next hand-back writes the flag anew; one that only reads (stats()) leaves the top as it
+    /// was. Written only inside the owner's sections, and reset with the whole entry in a fork
+    /// child (forget_in_child); no purger reads it.
     bool top_idle = false;
 
     std::uint64_t gets() const noexcept { return loaded.gets() + previous.gets(); }
