@@ -58,7 +58,8 @@ class CountingStack {
   }
   event_type get_event(example::TaskId task) {
     event_type event = inner_.get_event(task);
-    counts_.events.fetch_add(1, std::memory_order_relaxed);
+    // An empty event (a stack that needs none, as TensorFlow's one stream) is never handed back.
+    if (event) counts_.events.fetch_add(1, std::memory_order_relaxed);
     return event;
   }
   void record(event_type &event, const stream_lease &stream) { inner_.record(event, stream.inner()); }
