@@ -19,7 +19,8 @@
 //
 // StreamPolicy::PerOperator, which a user may choose instead, hands stream ids down the graph's
 // edges (the first consumer inherits its producer's stream, a branch takes the lowest free id): a
-// static assignment like the limit's (chain_streams.h), which bounds it, made with DALI's pools.
+// static assignment enqueued ahead, as the limit's (chain_streams.h), made with DALI's pools; not
+// measured here (docs/scheduler.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

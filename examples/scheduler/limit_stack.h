@@ -16,6 +16,13 @@
 //
 // Its "latency" (from ready to the callback) is only the enqueueing: the benchmark reports it for
 // the other stacks.
+//
+// A ceiling where the GPU runs every stream side by side (test/support/gpu_time.h's model), and
+// on a real GPU where the work is the host's launches. Where GPU work dominates it is not one:
+// enqueuing the whole graph ahead on more streams than the GPU has hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS) lets a wait at the head of a queue hold up unrelated work behind
+// it, and evpool's stack, which enqueues only ready tasks, passed it on the mixed workload
+// (docs/scheduler.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
