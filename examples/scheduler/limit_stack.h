@@ -1,4 +1,4 @@
-// evpool example scheduler: LimitStack, the graph scheduled by a host that knows it in advance: no pool, no completions.
+// evpool example scheduler: LimitStack, the graph run by a host that knows it in advance.
 //
 // Design rationale
 // ----------------
