@@ -31,6 +31,7 @@
 #include "pool_policies.h"
 #include "support/depot_stripes.h"
 #include "support/idle_events.h"
+#include "support/in_child.h"
 
 namespace evpool {
 namespace {
@@ -40,15 +41,7 @@ using testing_support::DeterministicScheduler;
 using testing_support::fill;
 using testing_support::StallStrategy;
 
-// Runs `child` in a fork() child and returns its exit status (the child's bit mask of failures).
-template <class Child>
-int in_child(Child child) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(child());
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using test::in_child;
 
 // Both hints of the forking thread's directory name caches of the parent: the child starts with
 // neither (thread_cache_directory.h), so that its first call on either pool makes the fork check.

@@ -1,15 +1,13 @@
 // A stream handed back known idle and fork(): the child forgets its parent's streams, the one
 // marked known idle on top of the forking thread's cache included, and a parent's lease that the
 // child ends known idle is only forgotten (UniqueLease::end), never put on the child's top.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
 #include "evpool/basic_handle_pool.h"
 #include "support/host_stream_backend.h"
+#include "support/in_child.h"
 
 namespace evpool {
 namespace {
@@ -17,14 +15,7 @@ namespace {
 using test::HostStreamBackend;
 using Token = HostStreamBackend::handle_type;
 
-template <class Child>
-int in_child(Child child) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(child());
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using test::in_child;
 
 TEST(KnownIdleAfterFork, TheChildNeitherTrustsNorHandsOutTheParentsMarkedStream) {
   HostStreamBackend backend(1);
