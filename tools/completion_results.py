@@ -24,7 +24,8 @@ import pathlib
 import statistics
 import sys
 
-VARIANTS = ["evpool", "evpool-signal", "evpool-2-pollers", "evpool-4-pollers", "host-func", "event-sync-thread", "tf-fifo", "pika-poll-all"]
+VARIANTS = ["evpool", "evpool-signal", "evpool-2-pollers", "evpool-4-pollers", "host-func", "event-sync-thread",
+            "tf-fifo", "pika-poll-all"]
 # (figure, title, divisor, digits)
 FIGURES = [
     ("completions_per_s", "M completions per second", 1e6, 3),
@@ -247,6 +248,7 @@ def open_plot(points, path):
 
 
 def write_open(out, paths):
+    paths = [path for path in paths if read_open([path])[0]]  # the runs that hold open-loop points
     points, saturation = read_open(paths)
     if not points:
         return False
@@ -274,12 +276,13 @@ def main():
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     wrote_open = write_open(out, sys.argv[2:])
-    points = read(sys.argv[2:])
+    paths = [path for path in sys.argv[2:] if read([path])]  # the runs that hold closed-loop points
+    points = read(paths)
     if not points:
         if not wrote_open:
             sys.exit("no point of the completion benchmark in " + " ".join(sys.argv[2:]))
         return
-    sections = [f"Medians of {len(sys.argv) - 2} runs. Latency is enqueue-to-callback: from just before the "
+    sections = [f"Medians of {len(paths)} runs. Latency is enqueue-to-callback: from just before the "
                 "cudaMemsetAsync is enqueued to the start of the completion callback.\n"]
     for figure, title, scale, digits in FIGURES:
         sections.append(f"### {title}\n\n" + table(points, figure, scale, digits))
