@@ -32,8 +32,8 @@
 
 #include "chain_streams.h"
 #include "cuda_steps.h"
-#include "enqueued_completions.h"
 #include "dag.h"
+#include "enqueued_completions.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_stream.h"
 #include "stack.h"

@@ -32,8 +32,8 @@
 // Hearing without asking the driver (CompletionSignal::kAuto, opt-in, with a backend that can:
 // CompletionSignalBackend). The default is kEventQuery: each signalled request adds a driver call
 // on the asking thread (the write, beside the event's record), and on the H100 host that cost the
-// closed loop 57 to 60% of its completions a second (docs/completions.md). A query contends for the driver's locks with every enqueuing
-// thread, and a saturated poller spends its pass on them. So each request also takes a slot, a
+// closed loop 57 to 60% of its completions a second (docs/completions.md). A query contends for
+// the driver's locks with every enqueuing thread, and a saturated poller spends its pass on them. So each request also takes a slot, a
 // 64-bit word of pinned host memory, from its thread's block (signal_slots.h), and the backend
 // enqueues behind the work a write of a number into it (cuStreamWriteValue64); the poller reads
 // the word where it would have queried the event: landed (the word holds the request's number or

@@ -80,7 +80,7 @@ class UniqueLease {
 
   void end(bool idle) noexcept {
     if (core_ == nullptr) return;
-    const bool parents_handle = fork_generation_ != detail::fork_generation();
+    const bool parents_handle = from_parent_process();
     std::exchange(core_, nullptr)->end_lease(std::move(owner_), parents_handle, idle);
   }
 

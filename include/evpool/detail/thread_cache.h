@@ -74,8 +74,8 @@
 //   [384, 512)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
 //   [512, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
-//                the count of adopted Puts, the fill limit, the trades and top_idle), written by the owner
-//                on every call; rounded up to whole lines
+//                the count of adopted Puts, the fill limit, the trades and top_idle), written by
+//                the owner on every call; rounded up to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
 // fast path finds a device's slots at a constant offset from the cache. Nothing another thread
