@@ -4,9 +4,13 @@
 //   events from one of HostBackend, completions from a BasicCompletionQueue over
 //   HostCompletionBackend, whose requests complete when the simulated device reaches them. The
 //   graph moves on real completions;
-// - the limit's: a stream per slot and an event per task made beforehand, every callback at once,
-//   one synchronize at the end. The graph moves as soon as work is enqueued, and only the waits
-//   order the device.
+// - the limit's: a stream per chain of the graph and an event per task needed on another stream,
+//   made beforehand, every callback at once, one synchronize at the end. The graph moves as soon
+//   as work is enqueued, and only the waits order the device;
+// - evpool's planned stack (evpool_planned_stack.h): the limit's streams leased from the pool for
+//   each chain's span, a successor on a task's stream made ready at the task's enqueue, and a
+//   completion heard only for a task needed on another stream. No event, no wait: the streams and
+//   the completions alone order the device.
 // For each, on each workload and 1 or 4 workers: every kernel runs once, after its inputs' kernels
 // (what the device sees); every task is made ready only after its inputs' completions were seen
 // (what the executor's times say); and nothing leaks: every stream and event is back in its pool,
@@ -39,9 +43,10 @@
 #include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_policy.h"
-#include "scheduler/chain_streams.h"
+#include "scheduler/planned_stream_leases.h"
 #include "scheduler/dag.h"
 #include "scheduler/executor.h"
+#include "scheduler/stream_plan.h"
 #include "scheduler/workloads.h"
 #include "support/counting_stack.h"
 #include "support/gpu_time.h"
@@ -135,10 +140,9 @@ class HostLimitStack : public SimulatedSteps {
   using stream_lease = SimulatedGpu::Token;
   using event_type = SimulatedGpu::Token;  // the task's id + 1: 0 is empty
 
-  HostLimitStack(SimulatedGpu &gpu, const Dag &dag)
-      : SimulatedSteps(gpu), assignment_(example::chain_streams(dag)) {}
+  HostLimitStack(SimulatedGpu &gpu, const Dag &dag) : SimulatedSteps(gpu), plan_(dag) {}
 
-  stream_lease lease_stream(TaskId task) { return assignment_.stream_of[task] + std::uint64_t{1}; }
+  stream_lease lease_stream(TaskId task) { return plan_.stream_of(task) + std::uint64_t{1}; }
   // As the CUDA limit stack: no wait for an input that ran on the task's own stream.
   void wait(stream_lease stream, event_type event) {
     if (lease_stream(static_cast<TaskId>(event - 1)) != stream) gpu_.wait(stream, event);
@@ -146,8 +150,11 @@ class HostLimitStack : public SimulatedSteps {
   void launch(stream_lease stream, TaskId task, std::chrono::nanoseconds duration) {
     SimulatedSteps::launch(stream, task, duration);
   }
-  event_type get_event(TaskId task) { return task + std::uint64_t{1}; }
-  void record(event_type event, stream_lease stream) { gpu_.record(event, stream); }
+  // As the CUDA limit stack: an event only for a task needed on another stream.
+  event_type get_event(TaskId task) { return plan_.needed_elsewhere(task) ? task + std::uint64_t{1} : 0; }
+  void record(event_type event, stream_lease stream) {
+    if (event != 0) gpu_.record(event, stream);
+  }
   void put_event(event_type &&) noexcept {}
   template <class F>
   void notify(stream_lease, F &&done) {
@@ -159,10 +166,58 @@ class HostLimitStack : public SimulatedSteps {
   }
 
  private:
-  const example::StreamAssignment assignment_;
+  const example::StreamPlan plan_;
 };
 
-static_assert(example::SchedulerStack<HostEvpoolStack> && example::SchedulerStack<HostLimitStack>);
+// evpool's planned stack on the host seams: the same shape as examples/scheduler/evpool_planned_stack.h.
+class HostPlannedStack : public SimulatedSteps {
+  using Leases = example::PlannedStreamLeases<StreamPool::unique_lease>;
+
+ public:
+  using stream_lease = Leases::Lease;
+  struct event_type {
+    explicit operator bool() const noexcept { return false; }
+  };
+
+  HostPlannedStack(SimulatedGpu &gpu, const Dag &dag, StreamPool &streams, test::HostCompletionBackend backend)
+      : SimulatedSteps(gpu), plan_(dag), leases_(plan_), streams_(streams), queue_(std::move(backend)) {}
+
+  stream_lease lease_stream(TaskId task) {
+    return leases_.lease(task, [this] { return streams_.Lease(0); });
+  }
+  bool follows_at_enqueue(TaskId task, TaskId successor) const noexcept { return plan_.same_stream(task, successor); }
+  void wait(const stream_lease &, const event_type &) const noexcept {}
+  void launch(const stream_lease &stream, TaskId task, std::chrono::nanoseconds duration) {
+    SimulatedSteps::launch(stream.get(), task, duration);
+  }
+  event_type get_event(TaskId) const noexcept { return {}; }
+  void record(const event_type &, const stream_lease &) const noexcept {}
+  void put_event(event_type &&) noexcept {}
+  template <class F>
+  void notify(const stream_lease &stream, F &&done) {
+    if (plan_.needed_elsewhere(stream.task()))
+      (void)queue_.notify(&gpu_.mark(stream.get()), std::forward<F>(done));
+    else
+      done(0);
+  }
+  void finish() {
+    leases_.end_all();
+    if (const int status = gpu_.synchronize(); status != 0)
+      throw std::runtime_error("synchronize: " + describe(status));
+  }
+
+  const example::StreamPlan &plan() const noexcept { return plan_; }
+  std::uint64_t completions_asked() const noexcept { return queue_.stats().requests; }
+
+ private:
+  const example::StreamPlan plan_;
+  Leases leases_;
+  StreamPool &streams_;
+  BasicCompletionQueue<test::HostCompletionBackend> queue_;  // last: its destructor drains first
+};
+
+static_assert(example::SchedulerStack<HostEvpoolStack> && example::SchedulerStack<HostLimitStack> &&
+              example::SchedulerStack<HostPlannedStack>);
 
 // What the device saw: each kernel's runs, and kernels that ran before one of their inputs had.
 struct DeviceLog {
@@ -170,6 +225,9 @@ struct DeviceLog {
 
   // The simulated kernel (on the device thread, under its lock).
   int run(TaskId task) {
+    // Slow kernels let the host run ahead of the device, so that work enqueued without the order
+    // it needs runs before its inputs.
+    if (kernel_time > std::chrono::nanoseconds(0)) std::this_thread::sleep_for(kernel_time);
     for (const TaskId input : dag.inputs(task))
       if (runs[input] == 0 && early++ == 0)
         first_early = "task " + std::to_string(task) + " ran before its input " + std::to_string(input);
@@ -183,11 +241,14 @@ struct DeviceLog {
   std::size_t early = 0;
   std::string first_early;
   std::optional<TaskId> failing;  // set before the run
+  std::chrono::nanoseconds kernel_time{0};  // set before the run
 };
 
 // Every task ran once, after its inputs on the device, and was made ready after its inputs'
-// completions were seen.
-void expect_every_task_once_after_its_inputs(const Dag &dag, const DeviceLog &log, const RunResult &result) {
+// completions were seen, except those of the inputs it follows on their stream (`plan`'s same
+// stream), which it may be made ready before.
+void expect_every_task_once_after_its_inputs(const Dag &dag, const DeviceLog &log, const RunResult &result,
+                                             const example::StreamPlan *plan = nullptr) {
   EXPECT_EQ(log.early, 0u) << log.first_early;
   std::size_t not_once = 0, ready_early = 0;
   std::string first;
@@ -195,7 +256,8 @@ void expect_every_task_once_after_its_inputs(const Dag &dag, const DeviceLog &lo
     if (log.runs[task] != 1 && not_once++ == 0)
       first += "task " + std::to_string(task) + " ran " + std::to_string(log.runs[task]) + " times; ";
     for (const TaskId input : dag.inputs(task))
-      if (result.tasks[task].ready < result.tasks[input].seen && ready_early++ == 0)
+      if (!(plan && plan->same_stream(input, task)) && result.tasks[task].ready < result.tasks[input].seen &&
+          ready_early++ == 0)
         first += "task " + std::to_string(task) + " was ready at " +
                  std::to_string(result.tasks[task].ready.count()) + " ns, before its input " +
                  std::to_string(input) + "'s completion was seen at " +
@@ -307,6 +369,31 @@ TEST_P(ExecutorOnSimulatedGpu, LimitStackRunsEveryTaskOnceAfterItsInputsThroughT
   expect_balanced(counted, dag.size());
 }
 
+TEST_P(ExecutorOnSimulatedGpu, PlannedStackRunsEveryTaskOnceAfterItsInputsThroughStreamsAndCompletionsAlone) {
+  const auto &[workload, workers] = GetParam();
+  const Dag dag = workload.make();
+  EvpoolBench bench(dag);
+  {
+    bench.log.kernel_time = 20us;
+    HostPlannedStack stack(bench.gpu, dag, *bench.streams, bench.completions);
+    test::CountingStack<HostPlannedStack> counted(stack);
+    Executor<test::CountingStack<HostPlannedStack>> executor(counted, dag);
+    for (int run = 0; run < 2; ++run) {  // the second on the streams the first handed back
+      const RunResult result = executor.run(workers);
+      EXPECT_EQ(bench.gpu.pending(), 0u) << "finish() returned before the device was done";
+      expect_every_task_once_after_its_inputs(dag, bench.log, result, &stack.plan());
+      std::fill(bench.log.runs.begin(), bench.log.runs.end(), 0);
+    }
+    expect_balanced(counted, 2 * dag.size());
+    EXPECT_EQ(counted.counts().events.load(), 0u) << "the planned stack needs no event";
+    std::uint64_t needed = 0;
+    for (TaskId task = 0; task < dag.size(); ++task) needed += stack.plan().needed_elsewhere(task);
+    EXPECT_EQ(stack.completions_asked(), 2 * needed) << "a completion for each task needed on another stream only";
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
 // The limit is a true ceiling: on the model of gpu_time.h its streams cost the GPU nothing beyond
 // the graph's critical path, and a stack that takes streams as it goes (evpool's) takes no less.
 TEST_P(ExecutorOnSimulatedGpu, NoStackFinishesBeforeTheLimitWhichTakesTheCriticalPath) {
@@ -325,6 +412,12 @@ TEST_P(ExecutorOnSimulatedGpu, NoStackFinishesBeforeTheLimitWhichTakesTheCritica
   {
     HostEvpoolStack stack(bench.gpu, *bench.streams, *bench.events, bench.completions);
     Executor<HostEvpoolStack>(stack, dag).run(workers);
+    EXPECT_GE(test::gpu_time(dag, stack.launches()), limit_time);
+  }
+  EvpoolBench planned_bench(dag);
+  {
+    HostPlannedStack stack(planned_bench.gpu, dag, *planned_bench.streams, planned_bench.completions);
+    Executor<HostPlannedStack>(stack, dag).run(workers);
     EXPECT_GE(test::gpu_time(dag, stack.launches()), limit_time);
   }
 }
@@ -367,6 +460,26 @@ TEST(ExecutorFailures, ALaunchThatThrowsEndsTheRunWithItsErrorLaunchesNothingAft
     const RunResult result = executor.run(4);
     bench.gpu.synchronize();
     expect_every_task_once_after_its_inputs(dag, bench.log, result);
+  }
+  bench.expect_all_back();
+  expect_backends_even(bench);
+}
+
+// The planned stack's streams stay leased for their chains' spans; a run that fails skips the
+// tasks that would end some spans, and finish() must still hand every stream back.
+TEST(ExecutorFailures, APlannedRunThatFailsHandsBackEveryStreamOfTheChainsItCutShort) {
+  const Dag dag = example::independent_chains(4, 25);
+  constexpr TaskId kRefused = 4 * 10 + 2;  // task 10 of chain 2
+  EvpoolBench bench(dag);
+  {
+    HostPlannedStack stack(bench.gpu, dag, *bench.streams, bench.completions);
+    stack.refuse_launch_of(kRefused);
+    Executor<HostPlannedStack> executor(stack, dag);
+    EXPECT_THROW(executor.run(2), std::runtime_error);
+    EXPECT_EQ(bench.streams->stats().total().outstanding, 0) << "a chain cut short kept its stream";
+    EXPECT_EQ(bench.log.runs[kRefused], 0);
+    EXPECT_EQ(bench.log.runs[kRefused + 4], 0) << "the refused task's successor ran";
+    EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
   }
   bench.expect_all_back();
   expect_backends_even(bench);

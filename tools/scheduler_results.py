@@ -7,9 +7,10 @@ Each RUN.txt is one run's output, whose figures are already medians over the run
 several runs, a point's figure is the median over them. Writes OUT_DIR/scheduler-tables.md: per
 workload, one table per figure (threads by stack: tasks per second, ready-to-completion latency
 p50 and p99, host cores, streams and events created; "na" where the stack has no such figure, "-"
-where it was not run), and first a summary of evpool against the best other stack (the faster of
-each framework's two: its pools under this executor, and its own executor's stream assignment),
-the limit and the graph replayed. Where matplotlib is installed, also OUT_DIR/scheduler.png: tasks per
+where it was not run), and first a summary of evpool's two stacks (`evpool`, which hears of every
+task's completion, and `evpool-planned`, which plans its streams from the graph) against the best
+other stack (the faster of each framework's two: its pools under this executor, and its own
+executor's stream assignment), the limit and the graph replayed. Where matplotlib is installed, also OUT_DIR/scheduler.png: tasks per
 second against threads, one panel per workload.
 """
 import collections
@@ -17,7 +18,7 @@ import pathlib
 import statistics
 import sys
 
-STACKS = ["evpool", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph"]
+STACKS = ["evpool", "evpool-planned", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph"]
 OTHERS = ["dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec"]
 WORKLOADS = ["fan-out", "mixed", "chains"]
 # (figure, title, divisor, digits)
@@ -74,9 +75,9 @@ def ratio(numerator, denominator):
 
 
 def summary(points):
-    lines = ["| workload | threads | evpool k tasks/s | best other | / best other | / limit | / graph | "
-             "evpool p99 us | best other p99 us |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| workload | threads | evpool k tasks/s | evpool-planned | best other | evpool / best other | "
+             "planned / best other | planned / limit | evpool p99 us | best other p99 us |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for workload in ordered({w for (w, _, _) in points}, WORKLOADS):
         for count in sorted({t for (w, t, _) in points if w == workload}):
             rate = {s: median(points, (workload, count, s), "tasks_per_s") for s in STACKS}
@@ -87,10 +88,12 @@ def summary(points):
             timed = [s for s in OTHERS if p99[s] is not None]
             best_p99 = min(timed, key=lambda s: p99[s]) if timed else None
             evpool_p99 = median(points, (workload, count, "evpool"), "p99_us")
+            planned = rate["evpool-planned"]
             lines.append(
                 f"| {workload} | {count} | {rate['evpool'] / 1e3 if rate['evpool'] else 0:,.1f} | "
+                f"{f'{planned / 1e3:,.1f}' if planned else '-'} | "
                 f"{best or '-'} | {ratio(rate['evpool'], rate[best]) if best else '-'} | "
-                f"{ratio(rate['evpool'], rate['limit'])} | {ratio(rate['evpool'], rate['graph'])} | "
+                f"{ratio(planned, rate[best]) if best else '-'} | {ratio(planned, rate['limit'])} | "
                 f"{'-' if evpool_p99 is None else f'{evpool_p99:,.1f}'} | "
                 f"{'-' if best_p99 is None else f'{p99[best_p99]:,.1f} ({best_p99})'} |")
     return "\n".join(lines)

@@ -45,6 +45,15 @@
 // A callback counts its task in remaining_ only after it has pushed the successors it made ready,
 // so no push is still under way when the run ends (ready_queue.h relies on it).
 //
+// Successors released at enqueue. A stack may say, by a member follows_at_enqueue(task,
+// successor) (stack.h), that a successor runs on the task's own stream, after it: the stream
+// orders the two, so the successor needs the task enqueued, not done. The task's worker then
+// counts that input down once notify has returned, with the same acq_rel as a callback, and the
+// callback skips it. A task that fails before notify returns releases every successor from
+// finished(), as without the member; nothing can fail after notify, so each successor's count
+// falls once per input either way. The enqueue's release can come after the callback's
+// fetch_sub on remaining_, but never the last one: the successor it releases is not finished.
+//
 // Failure. A stack call that throws, or a completion that reports an error, fails its task. The
 // run does not stop at once: callbacks already asked for will come, and they touch the run's
 // state. So the run goes on counting: tasks that begin after the failure is known are finished
@@ -188,13 +197,14 @@ class Executor {
         }
         // From here on the task is the callback's, which may already have run when notify returns.
         stack_.notify(stream, [this, task](const status_type &status) noexcept { completed(task, status); });
+        release_at_enqueue(task);
         return;
       } catch (...) {
         fail(std::current_exception());
       }
     }
     if (!inputs_handed_back) hand_back_inputs(task);
-    finished(task, Clock::now());  // failed or skipped: no completion will come
+    finished(task, Clock::now(), /*enqueued=*/false);  // failed or skipped: no completion will come
   }
 
   // The completion callback.
@@ -208,14 +218,33 @@ class Executor {
         fail(std::current_exception());  // no memory to say so: the bad_alloc is the error
       }
     }
-    finished(task, seen);
+    finished(task, seen, /*enqueued=*/true);
   }
 
-  void finished(TaskId task, Clock::time_point seen) noexcept {
+  // Whether `next` was released when `task` was enqueued (see the top).
+  bool follows_at_enqueue(TaskId task, TaskId next) const noexcept {
+    if constexpr (requires { stack_.follows_at_enqueue(task, next); })
+      return stack_.follows_at_enqueue(task, next);
+    else
+      return false;
+  }
+
+  void release_at_enqueue(TaskId task) noexcept {
+    for (const TaskId next : dag_.successors(task))
+      // acq_rel: see the top.
+      if (follows_at_enqueue(task, next) && states_[next].inputs_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        make_ready(next);
+  }
+
+  // `enqueued`: the task's work was enqueued, and release_at_enqueue has released (or will) the
+  // successors that follow it on its stream.
+  void finished(TaskId task, Clock::time_point seen, bool enqueued) noexcept {
     states_[task].seen = seen - start_;
     for (const TaskId next : dag_.successors(task))
       // acq_rel: see the top.
-      if (states_[next].inputs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) make_ready(next);
+      if (!(enqueued && follows_at_enqueue(task, next)) &&
+          states_[next].inputs_left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        make_ready(next);
     // acq_rel: see the top. After the pushes above, which must not outlive the run.
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) ready_.close();
   }

@@ -11,8 +11,9 @@
 // Task t runs on the stream chain_streams.h gives it: each stream a chain of the graph, so no
 // task waits on the GPU behind a task it does not need, and the GPU's part takes the graph's
 // critical path. A wait on an input that ran on the task's own stream is skipped: the stream
-// orders the two already. Each task that some other task needs has an event of its own, never
-// reused: no event goes back anywhere.
+// orders the two already. Each task that some task on another stream needs (stream_plan.h) has an
+// event of its own, never reused: no event goes back anywhere; a task needed only on its own
+// stream records none.
 //
 // Its "latency" (from ready to the callback) is only the enqueueing: the benchmark reports it for
 // the other stacks.
@@ -30,7 +31,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "chain_streams.h"
+#include "stream_plan.h"
 #include "cuda_steps.h"
 #include "dag.h"
 #include "enqueued_completions.h"
@@ -51,24 +52,26 @@ class LimitStack : public EnqueuedCompletions {
     explicit operator bool() const noexcept { return event != nullptr; }
   };
 
-  /// Creates the streams of chain_streams(dag) and an event for every task with successors, on
-  /// kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
+  /// Creates the streams of chain_streams(dag) and an event for every task needed on another
+  /// stream, on kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
   /// CUDAError; what was created is destroyed.
   LimitStack(const TaskKernel &kernel, const Dag &dag)
-      : EnqueuedCompletions(kernel), assignment_(chain_streams(dag)) {
-    streams_.resize(assignment_.streams);
+      : EnqueuedCompletions(kernel), plan_(dag) {
+    streams_.resize(plan_.streams());
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());
     for (TaskId task = 0; task < dag.size(); ++task)
-      if (!dag.successors(task).empty()) events_[task] = CUDAEvent::Create(kDevice);
+      if (plan_.needed_elsewhere(task)) events_[task] = CUDAEvent::Create(kDevice);
   }
 
-  stream_lease lease_stream(TaskId task) { return streams_[assignment_.stream_of[task]]; }
+  stream_lease lease_stream(TaskId task) { return streams_[plan_.stream_of(task)]; }
   void wait(stream_lease stream, const event_type &input) {
     if (input.stream != stream) CudaSteps::wait(stream, input.event);
   }
-  event_type get_event(TaskId task) { return {events_[task], streams_[assignment_.stream_of[task]]}; }
-  void record(const event_type &event, stream_lease stream) { CudaSteps::record(event.event, stream); }
+  event_type get_event(TaskId task) { return {events_[task], streams_[plan_.stream_of(task)]}; }
+  void record(const event_type &event, stream_lease stream) {
+    if (event) CudaSteps::record(event.event, stream);
+  }
   void put_event(event_type &&) noexcept {}
 
   Created created() const noexcept {
@@ -78,9 +81,9 @@ class LimitStack : public EnqueuedCompletions {
   }
 
  private:
-  StreamAssignment assignment_;
+  StreamPlan plan_;
   std::vector<CUDAStream> streams_;
-  std::vector<CUDAEvent> events_;  // by task; empty for a task that no task needs
+  std::vector<CUDAEvent> events_;  // by task; empty for a task needed only on its own stream
 };
 
 }  // namespace evpool::example

@@ -19,6 +19,11 @@
 // and, once every successor of a task has enqueued its wait, the last of them hands the task's
 // event back (put_event).
 //
+// A stack that plans its streams may also have follows_at_enqueue(task, successor), noexcept:
+// true when the successor will run on the task's stream, after it, so that the executor may make
+// it ready as soon as the task is enqueued (executor.h), without the task's completion. The
+// stack must then order the two: lease_stream gives the successor that stream.
+//
 // notify()'s callback is what moves the graph on, and the contract around it is the one subtle
 // part:
 // - it may run on any thread (a poller, the driver's host-function thread, a waiter per stream,
