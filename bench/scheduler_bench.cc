@@ -1,7 +1,7 @@
 // evpool bench: the example scheduler (examples/scheduler/) on a real GPU, the same executor on
-// each of its eight stacks, against the graph captured once and replayed. Usage:
+// each of its nine stacks, against the graph captured once and replayed. Usage:
 //   evpool_scheduler_bench [--workloads fan-out,mixed,chains] [--threads 1,16,128] [--runs 3]
-//                          [--stacks evpool,evpool-planned,dali,dali-exec,pytorch,tensorflow,tensorflow-exec,limit,graph]
+//                          [--stacks evpool,evpool-planned,evpool-ahead,dali,dali-exec,pytorch,tensorflow,tensorflow-exec,limit,graph]
 //                          [--scale F]
 // Exits 77 without a GPU, 2 on a bad argument (naming it).
 //
@@ -76,7 +76,7 @@ using example::TaskKernel;
 
 const std::vector<std::string> kWorkloads = {"fan-out", "mixed", "chains"};
 const std::vector<std::string> kStacks = {
-    "evpool", "evpool-planned", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph",
+    "evpool", "evpool-planned", "evpool-ahead", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph",
 };
 
 struct Options {
@@ -229,7 +229,8 @@ Contender make_stack_contender(const std::string &name, const TaskKernel &kernel
   auto holder = std::make_shared<StackHolder<Stack>>();
   if constexpr (std::is_same_v<Stack, example::EvpoolStack>)
     holder->stack = std::make_unique<Stack>(kernel, holder->streams, holder->events);
-  else if constexpr (std::is_same_v<Stack, example::EvpoolPlannedStack>)
+  else if constexpr (std::is_same_v<Stack, example::EvpoolPlannedStack> ||
+                     std::is_same_v<Stack, example::EvpoolAheadStack>)
     holder->stack = std::make_unique<Stack>(kernel, dag, holder->streams, holder->events);
   else if constexpr (std::is_same_v<Stack, example::LimitStack>)
     holder->stack = std::make_unique<Stack>(kernel, dag);
@@ -286,6 +287,8 @@ Contender make_contender(const std::string &name, const TaskKernel &kernel, cons
   if (name == "evpool") return make_stack_contender<example::EvpoolStack>(name, kernel, dag, threads, true);
   if (name == "evpool-planned")
     return make_stack_contender<example::EvpoolPlannedStack>(name, kernel, dag, threads, false);
+  if (name == "evpool-ahead")
+    return make_stack_contender<example::EvpoolAheadStack>(name, kernel, dag, threads, false);
   if (name == "dali") return make_stack_contender<example::DaliStack>(name, kernel, dag, threads, false);
   if (name == "dali-exec")
     return make_stack_contender<example::DaliExecStack>(name, kernel, dag, threads, false);

@@ -61,7 +61,8 @@ template <class Stack>
 std::unique_ptr<Stack> make_stack(const TaskKernel &kernel, const Dag &dag, EvpoolPools &pools) {
   if constexpr (std::is_same_v<Stack, example::EvpoolStack>)
     return std::make_unique<Stack>(kernel, pools.streams, pools.events);
-  else if constexpr (std::is_same_v<Stack, example::EvpoolPlannedStack>)
+  else if constexpr (std::is_same_v<Stack, example::EvpoolPlannedStack> ||
+                     std::is_same_v<Stack, example::EvpoolAheadStack>)
     return std::make_unique<Stack>(kernel, dag, pools.streams, pools.events);
   else if constexpr (std::is_same_v<Stack, example::LimitStack>)
     return std::make_unique<Stack>(kernel, dag);
@@ -110,6 +111,7 @@ struct StackNames {
   static std::string GetName(int) {
     if (std::is_same_v<Stack, example::EvpoolStack>) return "Evpool";
     if (std::is_same_v<Stack, example::EvpoolPlannedStack>) return "EvpoolPlanned";
+    if (std::is_same_v<Stack, example::EvpoolAheadStack>) return "EvpoolAhead";
     if (std::is_same_v<Stack, example::DaliStack>) return "Dali";
     if (std::is_same_v<Stack, example::DaliExecStack>) return "DaliExec";
     if (std::is_same_v<Stack, example::PytorchStack>) return "Pytorch";
@@ -120,7 +122,7 @@ struct StackNames {
 };
 
 using Stacks =
-    testing::Types<example::EvpoolStack, example::EvpoolPlannedStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
+    testing::Types<example::EvpoolStack, example::EvpoolPlannedStack, example::EvpoolAheadStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
                    example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
 TYPED_TEST_SUITE(SchedulerOnGpu, Stacks, StackNames);
 
@@ -162,7 +164,8 @@ TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
           EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
         }
       }
-      if constexpr (std::is_same_v<Stack, example::EvpoolStack> || std::is_same_v<Stack, example::EvpoolPlannedStack>) {
+      if constexpr (std::is_same_v<Stack, example::EvpoolStack> || std::is_same_v<Stack, example::EvpoolPlannedStack> ||
+                    std::is_same_v<Stack, example::EvpoolAheadStack>) {
         // The stack's queue is gone: it gave back the events of the last requests.
         EXPECT_EQ(pools.streams.stats().total().outstanding, 0) << "streams not handed back";
         EXPECT_EQ(pools.events.stats().total().outstanding, 0) << "events not handed back";

@@ -169,33 +169,52 @@ class HostLimitStack : public SimulatedSteps {
   const example::StreamPlan plan_;
 };
 
-// evpool's planned stack on the host seams: the same shape as examples/scheduler/evpool_planned_stack.h.
+// evpool's planned stacks on the host seams: the same shape as examples/scheduler/evpool_planned_stack.h.
+template <example::CrossStreamOrder kOrder>
 class HostPlannedStack : public SimulatedSteps {
   using Leases = example::PlannedStreamLeases<StreamPool::unique_lease>;
 
  public:
   using stream_lease = Leases::Lease;
   struct event_type {
-    explicit operator bool() const noexcept { return false; }
+    HostBackend::Event event;
+    SimulatedGpu::Token stream = 0;
+    explicit operator bool() const noexcept { return static_cast<bool>(event); }
   };
 
-  HostPlannedStack(SimulatedGpu &gpu, const Dag &dag, StreamPool &streams, test::HostCompletionBackend backend)
-      : SimulatedSteps(gpu), plan_(dag), leases_(plan_), streams_(streams), queue_(std::move(backend)) {}
+  HostPlannedStack(SimulatedGpu &gpu, const Dag &dag, StreamPool &streams, EventPool &events,
+                   test::HostCompletionBackend backend)
+      : SimulatedSteps(gpu), plan_(dag), leases_(plan_), streams_(streams), events_(events), queue_(std::move(backend)) {}
 
   stream_lease lease_stream(TaskId task) {
     return leases_.lease(task, [this] { return streams_.Lease(0); });
   }
   bool follows_at_enqueue(TaskId task, TaskId successor) const noexcept { return plan_.same_stream(task, successor); }
-  void wait(const stream_lease &, const event_type &) const noexcept {}
+  void wait(const stream_lease &stream, const event_type &input) {
+    if (input.stream != stream.get()) gpu_.wait(stream.get(), input.event.get());
+  }
   void launch(const stream_lease &stream, TaskId task, std::chrono::nanoseconds duration) {
     SimulatedSteps::launch(stream.get(), task, duration);
   }
-  event_type get_event(TaskId) const noexcept { return {}; }
-  void record(const event_type &, const stream_lease &) const noexcept {}
-  void put_event(event_type &&) noexcept {}
+  event_type get_event(TaskId task) {
+    if (kOrder == example::CrossStreamOrder::kCompletions || !plan_.needed_elsewhere(task)) return {};
+    return {events_.Get(0), 0};
+  }
+  void record(event_type &event, const stream_lease &stream) {
+    if (!event) return;
+    event.stream = stream.get();
+    gpu_.record(event.event.get(), stream.get());
+  }
+  void put_event(event_type &&event) noexcept {
+    try {
+      events_.Put(std::move(event.event));
+    } catch (...) {
+      // The pool refused it (out of memory): `event` still owns it, and destroys it.
+    }
+  }
   template <class F>
   void notify(const stream_lease &stream, F &&done) {
-    if (plan_.needed_elsewhere(stream.task()))
+    if (kOrder == example::CrossStreamOrder::kCompletions && plan_.needed_elsewhere(stream.task()))
       (void)queue_.notify(&gpu_.mark(stream.get()), std::forward<F>(done));
     else
       done(0);
@@ -213,11 +232,14 @@ class HostPlannedStack : public SimulatedSteps {
   const example::StreamPlan plan_;
   Leases leases_;
   StreamPool &streams_;
+  EventPool &events_;
   BasicCompletionQueue<test::HostCompletionBackend> queue_;  // last: its destructor drains first
 };
+using HostCompletionsPlannedStack = HostPlannedStack<example::CrossStreamOrder::kCompletions>;
+using HostAheadPlannedStack = HostPlannedStack<example::CrossStreamOrder::kEvents>;
 
 static_assert(example::SchedulerStack<HostEvpoolStack> && example::SchedulerStack<HostLimitStack> &&
-              example::SchedulerStack<HostPlannedStack>);
+              example::SchedulerStack<HostCompletionsPlannedStack> && example::SchedulerStack<HostAheadPlannedStack>);
 
 // What the device saw: each kernel's runs, and kernels that ran before one of their inputs had.
 struct DeviceLog {
@@ -369,15 +391,18 @@ TEST_P(ExecutorOnSimulatedGpu, LimitStackRunsEveryTaskOnceAfterItsInputsThroughT
   expect_balanced(counted, dag.size());
 }
 
-TEST_P(ExecutorOnSimulatedGpu, PlannedStackRunsEveryTaskOnceAfterItsInputsThroughStreamsAndCompletionsAlone) {
-  const auto &[workload, workers] = GetParam();
-  const Dag dag = workload.make();
+// Either planned stack, twice on the same pools: every task once after its inputs (slow kernels,
+// so that work enqueued without the order it needs overtakes), a completion asked for (kCompletions)
+// or an event taken (kEvents) for each task needed on another stream and for no other, and nothing
+// leaked.
+template <example::CrossStreamOrder kOrder>
+void expect_planned_runs_in_order_and_leak_nothing(const Dag &dag, int workers) {
   EvpoolBench bench(dag);
   {
     bench.log.kernel_time = 20us;
-    HostPlannedStack stack(bench.gpu, dag, *bench.streams, bench.completions);
-    test::CountingStack<HostPlannedStack> counted(stack);
-    Executor<test::CountingStack<HostPlannedStack>> executor(counted, dag);
+    HostPlannedStack<kOrder> stack(bench.gpu, dag, *bench.streams, *bench.events, bench.completions);
+    test::CountingStack<HostPlannedStack<kOrder>> counted(stack);
+    Executor<test::CountingStack<HostPlannedStack<kOrder>>> executor(counted, dag);
     for (int run = 0; run < 2; ++run) {  // the second on the streams the first handed back
       const RunResult result = executor.run(workers);
       EXPECT_EQ(bench.gpu.pending(), 0u) << "finish() returned before the device was done";
@@ -385,13 +410,24 @@ TEST_P(ExecutorOnSimulatedGpu, PlannedStackRunsEveryTaskOnceAfterItsInputsThroug
       std::fill(bench.log.runs.begin(), bench.log.runs.end(), 0);
     }
     expect_balanced(counted, 2 * dag.size());
-    EXPECT_EQ(counted.counts().events.load(), 0u) << "the planned stack needs no event";
     std::uint64_t needed = 0;
     for (TaskId task = 0; task < dag.size(); ++task) needed += stack.plan().needed_elsewhere(task);
-    EXPECT_EQ(stack.completions_asked(), 2 * needed) << "a completion for each task needed on another stream only";
+    const bool events = kOrder == example::CrossStreamOrder::kEvents;
+    EXPECT_EQ(counted.counts().events.load(), events ? 2 * needed : 0) << "an event for each task needed elsewhere";
+    EXPECT_EQ(stack.completions_asked(), events ? 0 : 2 * needed) << "a completion for each task needed elsewhere";
   }
   bench.expect_all_back();
   expect_backends_even(bench);
+}
+
+TEST_P(ExecutorOnSimulatedGpu, PlannedStackRunsEveryTaskOnceAfterItsInputsThroughStreamsAndCompletionsAlone) {
+  const auto &[workload, workers] = GetParam();
+  expect_planned_runs_in_order_and_leak_nothing<example::CrossStreamOrder::kCompletions>(workload.make(), workers);
+}
+
+TEST_P(ExecutorOnSimulatedGpu, AheadStackRunsEveryTaskOnceAfterItsInputsThroughStreamsAndEventsAlone) {
+  const auto &[workload, workers] = GetParam();
+  expect_planned_runs_in_order_and_leak_nothing<example::CrossStreamOrder::kEvents>(workload.make(), workers);
 }
 
 // The limit is a true ceiling: on the model of gpu_time.h its streams cost the GPU nothing beyond
@@ -416,9 +452,17 @@ TEST_P(ExecutorOnSimulatedGpu, NoStackFinishesBeforeTheLimitWhichTakesTheCritica
   }
   EvpoolBench planned_bench(dag);
   {
-    HostPlannedStack stack(planned_bench.gpu, dag, *planned_bench.streams, planned_bench.completions);
-    Executor<HostPlannedStack>(stack, dag).run(workers);
+    HostCompletionsPlannedStack stack(planned_bench.gpu, dag, *planned_bench.streams, *planned_bench.events,
+                                      planned_bench.completions);
+    Executor<HostCompletionsPlannedStack>(stack, dag).run(workers);
     EXPECT_GE(test::gpu_time(dag, stack.launches()), limit_time);
+  }
+  EvpoolBench ahead_bench(dag);
+  {
+    HostAheadPlannedStack stack(ahead_bench.gpu, dag, *ahead_bench.streams, *ahead_bench.events,
+                                ahead_bench.completions);
+    Executor<HostAheadPlannedStack>(stack, dag).run(workers);
+    EXPECT_EQ(test::gpu_time(dag, stack.launches()), limit_time) << "the limit's schedule, on pooled streams";
   }
 }
 
@@ -472,9 +516,9 @@ TEST(ExecutorFailures, APlannedRunThatFailsHandsBackEveryStreamOfTheChainsItCutS
   constexpr TaskId kRefused = 4 * 10 + 2;  // task 10 of chain 2
   EvpoolBench bench(dag);
   {
-    HostPlannedStack stack(bench.gpu, dag, *bench.streams, bench.completions);
+    HostCompletionsPlannedStack stack(bench.gpu, dag, *bench.streams, *bench.events, bench.completions);
     stack.refuse_launch_of(kRefused);
-    Executor<HostPlannedStack> executor(stack, dag);
+    Executor<HostCompletionsPlannedStack> executor(stack, dag);
     EXPECT_THROW(executor.run(2), std::runtime_error);
     EXPECT_EQ(bench.streams->stats().total().outstanding, 0) << "a chain cut short kept its stream";
     EXPECT_EQ(bench.log.runs[kRefused], 0);

@@ -18,7 +18,8 @@ import pathlib
 import statistics
 import sys
 
-STACKS = ["evpool", "evpool-planned", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph"]
+STACKS = ["evpool", "evpool-planned", "evpool-ahead", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph"]
+EVPOOL = ["evpool", "evpool-planned", "evpool-ahead"]
 OTHERS = ["dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec"]
 WORKLOADS = ["fan-out", "mixed", "chains"]
 # (figure, title, divisor, digits)
@@ -75,9 +76,11 @@ def ratio(numerator, denominator):
 
 
 def summary(points):
-    lines = ["| workload | threads | evpool k tasks/s | evpool-planned | best other | evpool / best other | "
-             "planned / best other | planned / limit | evpool p99 us | best other p99 us |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    ours = [s for s in EVPOOL if any(key[2] == s for key in points)]
+    lines = ["| workload | threads | " + " | ".join(f"{s} k tasks/s" for s in ours) + " | best other | " +
+             " | ".join(f"{s} / best other" for s in ours) + " | best evpool / limit | evpool p99 us | "
+             "best other p99 us |",
+             "|---|---:|" + "---:|" * len(ours) + "---|" + "---:|" * len(ours) + "---:|---:|---:|"]
     for workload in ordered({w for (w, _, _) in points}, WORKLOADS):
         for count in sorted({t for (w, t, _) in points if w == workload}):
             rate = {s: median(points, (workload, count, s), "tasks_per_s") for s in STACKS}
@@ -88,12 +91,13 @@ def summary(points):
             timed = [s for s in OTHERS if p99[s] is not None]
             best_p99 = min(timed, key=lambda s: p99[s]) if timed else None
             evpool_p99 = median(points, (workload, count, "evpool"), "p99_us")
-            planned = rate["evpool-planned"]
+            best_ours = max((rate[s] or 0 for s in ours), default=0)
             lines.append(
-                f"| {workload} | {count} | {rate['evpool'] / 1e3 if rate['evpool'] else 0:,.1f} | "
-                f"{f'{planned / 1e3:,.1f}' if planned else '-'} | "
-                f"{best or '-'} | {ratio(rate['evpool'], rate[best]) if best else '-'} | "
-                f"{ratio(planned, rate[best]) if best else '-'} | {ratio(planned, rate['limit'])} | "
+                f"| {workload} | {count} | " +
+                " | ".join(f"{rate[s] / 1e3:,.1f}" if rate[s] else "-" for s in ours) +
+                f" | {best or '-'} | " +
+                " | ".join(ratio(rate[s], rate[best]) if best else "-" for s in ours) +
+                f" | {ratio(best_ours, rate['limit'])} | "
                 f"{'-' if evpool_p99 is None else f'{evpool_p99:,.1f}'} | "
                 f"{'-' if best_p99 is None else f'{p99[best_p99]:,.1f} ({best_p99})'} |")
     return "\n".join(lines)

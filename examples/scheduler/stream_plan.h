@@ -33,6 +33,10 @@
 
 namespace evpool::example {
 
+/// How a stack that follows a plan orders a task before its successors on other streams: by
+/// hearing of its completion before enqueuing them, or by an event they wait on.
+enum class CrossStreamOrder { kCompletions, kEvents };
+
 class StreamPlan {
  public:
   /// The plan of `dag`, which must not change while the plan is used. Time: chain_streams' and one
