@@ -158,7 +158,8 @@ class PythonCompletionQueue {
 
   bool closed() const noexcept { return closing_.load(std::memory_order_relaxed); }
 
-  /// Requests made and not yet delivered to Python. Thread-safe, wait-free.
+  /// Requests made and not yet handed to Python: 0 once a thread has seen the result of every
+  /// request it made. Thread-safe, wait-free.
   std::uint64_t pending() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
 
   /// The C++ queue's counts. Thread-safe, wait-free.
@@ -283,14 +284,17 @@ class PythonCompletionQueue {
         } catch (const std::exception &) {  // out of memory: this one is not delivered
         }
       }
+      // Before Python sees the batch: a thread that has seen one of its results reads pending()
+      // without it. close() still waits for the delivery, which ends before the poller does.
+      outstanding_.fetch_sub(count, std::memory_order_seq_cst);
       try {
         deliver_(items);
       } catch (nb::python_error &error) {
         error.discard_as_unraisable("evpool: delivering completions");
       }
+      return;
     }
-    // Release: a thread that reads pending() == 0 sees the deliveries' effects on C++ state.
-    outstanding_.fetch_sub(count, std::memory_order_release);
+    outstanding_.fetch_sub(count, std::memory_order_seq_cst);
   }
 
   BasicCompletionQueue<Backend> queue_;
