@@ -145,8 +145,10 @@ class LeaseObject {
 
   Lease &checked(const char *call) const {
     if (!lease_)
-      throw std::logic_error(std::string("evpool: ") + noun_ + " lease used after it ended (after its with block, or "
-                             "end()): " + call + " needs a live lease; lease a new " + noun_);
+      throw std::logic_error(std::string("evpool: ") + noun_ +
+                             " lease used after it ended (after its with block, or "
+                             "end()): " +
+                             call + " needs a live lease; lease a new " + noun_);
     if (from_parent())
       throw std::logic_error(std::string("evpool: ") + noun_ + " lease begun before fork(): its " + noun_ +
                              " is the parent process's; lease a new one in the child");
@@ -205,7 +207,8 @@ void bind_api(nb::module_ &m) {
           },
           nb::arg("stream"), "Records the event on `stream` (any stream object, or an int handle).")
       .def(
-          "query", [](EventLease &lease) { return lease.with("query", [](auto &held) { return Traits::query(held); }); },
+          "query",
+          [](EventLease &lease) { return lease.with("query", [](auto &held) { return Traits::query(held); }); },
           "Whether the work before the event's record is done.")
       .def(
           "synchronize",
@@ -249,16 +252,15 @@ void bind_api(nb::module_ &m) {
             return new StreamLease(Traits::lease_stream(self.pool(), device), "stream");
           },
           nb::arg("device") = -1, "An exclusive lease of an idle stream of `device` (-1: the current device).")
-      .def(
-          "stats",
-          [](const StreamPool &self) {
-            PoolStats stats;
-            {
-              nb::gil_scoped_release unlocked;  // waits for threads in the middle of a call
-              stats = self.pool().stats();
-            }
-            return to_dict(stats);
-          })
+      .def("stats",
+           [](const StreamPool &self) {
+             PoolStats stats;
+             {
+               nb::gil_scoped_release unlocked;  // waits for threads in the middle of a call
+               stats = self.pool().stats();
+             }
+             return to_dict(stats);
+           })
       .def(
           "trim",
           [](StreamPool &self, std::size_t keep) {
@@ -314,7 +316,8 @@ void bind_api(nb::module_ &m) {
       .def_prop_ro("device_count", [](const EventPool &self) { return self.pool().device_count(); })
       .def_prop_ro("process_wide", &EventPool::process_wide);
 
-  nb::class_<Queue>(m, "CompletionQueue", "Completions of stream work, delivered to Python in batches (docs/python.md).")
+  nb::class_<Queue>(m, "CompletionQueue",
+                    "Completions of stream work, delivered to Python in batches (docs/python.md).")
       .def(
           "__init__",
           [](Queue *self, nb::object deliver, EventPool *events, double spin_for, double max_sleep, bool signal) {
@@ -322,7 +325,8 @@ void bind_api(nb::module_ &m) {
             options.spin_for = std::chrono::nanoseconds(static_cast<std::int64_t>(spin_for * 1e9));
             options.max_sleep = std::chrono::nanoseconds(static_cast<std::int64_t>(max_sleep * 1e9));
             options.signal = signal ? CompletionSignal::kAuto : CompletionSignal::kEventQuery;
-            auto &pool = events != nullptr ? events->pool() : Traits::event_pool_instance(Traits::kCompletionEventFlags);
+            auto &pool = events != nullptr ? events->pool()
+                                           : Traits::event_pool_instance(Traits::kCompletionEventFlags);
             new (self) Queue(Traits::completion_backend_for(pool), options, std::move(deliver));
           },
           nb::arg("deliver"), nb::arg("events").none() = nb::none(), nb::arg("spin_for") = 50e-6,
@@ -332,43 +336,45 @@ void bind_api(nb::module_ &m) {
           [](Queue &self, nb::handle stream, int kind, nb::handle target) {
             if (kind < 0 || kind > static_cast<int>(Target::kAsyncio))
               throw nb::value_error(("evpool: unknown completion target kind " + std::to_string(kind)).c_str());
-            self.request(Traits::completion_stream(stream_address<StreamLease>(stream)), static_cast<Target>(kind),
-                         target);
+            self.request(Traits::completion_stream(stream_address<StreamLease>(stream)),
+                         static_cast<Target>(kind), target);
           },
           nb::arg("stream"), nb::arg("kind"), nb::arg("target"))
       .def("close", &Queue::close)
       .def_prop_ro("closed", &Queue::closed)
       .def_prop_ro("pending", &Queue::pending, "Requests made and not yet delivered to Python.")
-      .def("stats",
-           [](const Queue &self) {
-             const CompletionQueueStats stats = self.stats();
-             nb::dict out;
-             out["requests"] = stats.requests;
-             out["completions"] = stats.completions;
-             out["queries"] = stats.queries;
-             out["signal_reads"] = stats.signal_reads;
-             out["signalled"] = stats.signalled;
-             out["passes"] = stats.passes;
-             out["sleeps"] = stats.sleeps;
-             out["pending"] = self.pending();
-             out["poller_cpu_seconds"] = static_cast<double>(self.poller_cpu_time().count()) * 1e-9;
-             return out;
-           });
+      .def("stats", [](const Queue &self) {
+        const CompletionQueueStats stats = self.stats();
+        nb::dict out;
+        out["requests"] = stats.requests;
+        out["completions"] = stats.completions;
+        out["queries"] = stats.queries;
+        out["signal_reads"] = stats.signal_reads;
+        out["signalled"] = stats.signalled;
+        out["passes"] = stats.passes;
+        out["sleeps"] = stats.sleeps;
+        out["pending"] = self.pending();
+        out["poller_cpu_seconds"] = static_cast<double>(self.poller_cpu_time().count()) * 1e-9;
+        return out;
+      });
 
   m.def(
       "wait",
       [](nb::handle consumer, nb::handle producer, EventPool *events) {
         const std::uintptr_t consumer_address = stream_address<StreamLease>(consumer);
         const std::uintptr_t producer_address = stream_address<StreamLease>(producer);
-        auto &pool = events != nullptr ? events->pool() : Traits::event_pool_instance(Traits::kCompletionEventFlags);
+        auto &pool =
+            events != nullptr ? events->pool() : Traits::event_pool_instance(Traits::kCompletionEventFlags);
         nb::gil_scoped_release unlocked;
         Traits::wait(consumer_address, producer_address, pool);
       },
       nb::arg("consumer"), nb::arg("producer"), nb::arg("events").none() = nb::none(),
       "Makes `consumer` wait for the work enqueued on `producer` so far, without blocking the host.");
-  m.def("stream_handle", [](nb::handle stream) { return stream_address<StreamLease>(stream); }, nb::arg("stream"),
-        "The int handle of any stream object (__cuda_stream__) or int; TypeError for anything else.");
-  m.def("error_name", [](long long status) { return Traits::error_name(static_cast<typename Queue::status_type>(status)); });
+  m.def(
+      "stream_handle", [](nb::handle stream) { return stream_address<StreamLease>(stream); }, nb::arg("stream"),
+      "The int handle of any stream object (__cuda_stream__) or int; TypeError for anything else.");
+  m.def("error_name",
+        [](long long status) { return Traits::error_name(static_cast<typename Queue::status_type>(status)); });
 }
 
 /// Python exceptions for the library's: std::out_of_range (a device outside the pool) is a

@@ -41,7 +41,9 @@ struct CudaTraits {
   static event_lease lease_event(event_pool &pool, int device) { return pool.Lease(device); }
   static void end_synchronized(stream_lease &lease) { lease.synchronize_and_reset(); }
 
-  static cudaStream_t stream(std::uintptr_t address) noexcept { return reinterpret_cast<cudaStream_t>(address); }
+  static cudaStream_t stream(std::uintptr_t address) noexcept {
+    return reinterpret_cast<cudaStream_t>(address);
+  }
   static cudaStream_t completion_stream(std::uintptr_t address) noexcept { return stream(address); }
 
   static void record(event_lease &event, std::uintptr_t stream_address) {
@@ -73,8 +75,7 @@ void register_cuda_error_translator() {
     } catch (const CUDAError &e) {
       nb::gil_scoped_acquire gil;  // translators run with it held; explicit for clarity under free threading
       nb::object type = nb::module_::import_("evpool._errors").attr("CUDAError");
-      nb::object instance =
-          type(static_cast<int>(e.error()), cudaGetErrorName(e.error()), nb::str(e.what()));
+      nb::object instance = type(static_cast<int>(e.error()), cudaGetErrorName(e.error()), nb::str(e.what()));
       PyErr_SetObject(type.ptr(), instance.ptr());
     }
   });
@@ -89,14 +90,17 @@ NB_MODULE(_evpool, m) {
   register_exception_translators();
   register_cuda_error_translator();  // after: tried first
   bind_api<CudaTraits>(m);
-  m.def("device_count", [] {
-    int count = 0;
-    if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return count;
-  }, "CUDA's visible devices; 0 where CUDA has no driver or no device.");
+  m.def(
+      "device_count",
+      [] {
+        int count = 0;
+        if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+          (void)cudaGetLastError();
+          return 0;
+        }
+        return count;
+      },
+      "CUDA's visible devices; 0 where CUDA has no driver or no device.");
   m.attr("NON_BLOCKING") = static_cast<unsigned>(cudaStreamNonBlocking);
   m.attr("DISABLE_TIMING") = static_cast<unsigned>(cudaEventDisableTiming);
   m.attr("BLOCKING_SYNC") = static_cast<unsigned>(cudaEventBlockingSync);

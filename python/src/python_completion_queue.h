@@ -147,9 +147,8 @@ class PythonCompletionQueue {
   void close() {
     if (in_fork_child()) return;  // nothing of the parent's to wait for
     if (std::this_thread::get_id() == poller_id_.load(std::memory_order_relaxed))
-      throw std::logic_error(
-          "evpool: CompletionQueue.close() called from one of the queue's own callbacks, which would wait for "
-          "itself; close it from another thread");
+      throw std::logic_error("evpool: CompletionQueue.close() called from one of the queue's own callbacks, which would wait for "
+                             "itself; close it from another thread");
     closing_.store(true, std::memory_order_seq_cst);
     doorbell_.value.wake();
     nb::gil_scoped_release unlocked;
@@ -277,8 +276,8 @@ class PythonCompletionQueue {
         try {
           nb::object name = nb::none();
           if (status != Backend::kSuccess) name = nb::str(Traits::error_name(status).c_str());
-          items.append(nb::make_tuple(static_cast<int>(kind), std::move(target), static_cast<long long>(status),
-                                      std::move(name)));
+          items.append(nb::make_tuple(static_cast<int>(kind), std::move(target),
+                                      static_cast<long long>(status), std::move(name)));
         } catch (nb::python_error &error) {
           error.discard_as_unraisable("evpool: preparing a completion for Python");
         } catch (const std::exception &) {  // out of memory: this one is not delivered

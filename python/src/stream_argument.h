@@ -30,9 +30,8 @@ inline std::uintptr_t handle_from_int(nb::handle value) {
   const unsigned long long handle = PyLong_AsUnsignedLongLong(value.ptr());
   if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
-    throw nb::value_error(("evpool: a stream handle must be an int in [0, 2**64); got " +
-                           std::string(nb::repr(value).c_str()))
-                              .c_str());
+    throw nb::value_error(
+        ("evpool: a stream handle must be an int in [0, 2**64); got " + std::string(nb::repr(value).c_str())).c_str());
   }
   return static_cast<std::uintptr_t>(handle);
 }
@@ -56,8 +55,8 @@ std::uintptr_t stream_address(nb::handle stream) {
   if (!nb::try_cast<nb::tuple>(answer, pair) || pair.size() != 2 || !PyLong_Check(pair[0].ptr()) ||
       nb::cast<long long>(pair[0]) != 0 || !PyLong_Check(pair[1].ptr()))
     throw nb::type_error(("evpool: __cuda_stream__() of an object of type " +
-                          std::string(nb::type_name(stream.type()).c_str()) +
-                          " returned " + std::string(nb::repr(answer).c_str()) +
+                          std::string(nb::type_name(stream.type()).c_str()) + " returned " +
+                          std::string(nb::repr(answer).c_str()) +
                           "; the protocol's version 0 answers (0, handle), the handle an int")
                              .c_str());
   return handle_from_int(pair[1]);

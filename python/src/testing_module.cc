@@ -178,11 +178,14 @@ NB_MODULE(_testing, m) {
       },
       nb::arg("stream"), nb::arg("status"),
       "The stream's pending work ends with `status` (a sticky error: later work too).");
-  m.def("enqueued", [](nb::handle stream) { return work_of(stream).enqueued(); }, nb::arg("stream"));
-  m.def("completed", [](nb::handle stream) { return work_of(stream).completed(); }, nb::arg("stream"));
   m.def(
-      "fail_records", [](nb::handle stream, int status) { work_of(stream).fail_records(status); }, nb::arg("stream"),
-      nb::arg("status"), "Requests on the stream fail to record, with `status` (0: they record again).");
+      "enqueued", [](nb::handle stream) { return work_of(stream).enqueued(); }, nb::arg("stream"));
+  m.def(
+      "completed", [](nb::handle stream) { return work_of(stream).completed(); }, nb::arg("stream"));
+  m.def(
+      "fail_records", [](nb::handle stream, int status) { work_of(stream).fail_records(status); },
+      nb::arg("stream"), nb::arg("status"),
+      "Requests on the stream fail to record, with `status` (0: they record again).");
   m.def(
       "set_capturing", [](nb::handle stream, bool capturing) { work_of(stream).set_capturing(capturing); },
       nb::arg("stream"), nb::arg("capturing"), "A capturing stream is refused by notify (ValueError).");
@@ -192,8 +195,9 @@ NB_MODULE(_testing, m) {
         HostWorld::get().streams.make_busy(stream_address<LeaseObject<HostTraits::stream_lease>>(stream), queries);
       },
       nb::arg("stream"), nb::arg("queries"), "The pool finds the stream busy for its next `queries` queries.");
-  m.def("early_finishes", [] { return HostWorld::get().completions.early_finishes(); },
-        "Requests finished before their own work was done: always 0 unless the queue is broken.");
+  m.def(
+      "early_finishes", [] { return HostWorld::get().completions.early_finishes(); },
+      "Requests finished before their own work was done: always 0 unless the queue is broken.");
   m.def("waits", [] {
     HostWorld &world = HostWorld::get();
     const std::lock_guard lock(world.mutex);

@@ -209,6 +209,7 @@ def test_a_loop_closed_before_its_futures_resolve_drops_them(api, queue):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_a_fork_child_gets_exceptions_from_the_parents_queue_and_a_new_default_queue(api, queue):
     with api.stream(0) as s:
         api.default_queue()
