@@ -1,0 +1,318 @@
+// evpool's Python bindings: PythonCompletionQueue, a completion queue whose requests finish
+// Python objects (a callback, a concurrent.futures.Future, an asyncio future).
+//
+// Design rationale
+// ----------------
+// The C++ queue (basic_completion_queue.h) calls each request's callback on its poller. A Python
+// callback needs the GIL (free-threaded: an attached thread state), and taking it per request would
+// make the poller contend with every Python thread once per completion. So the queue here is the
+// C++ queue polled by its caller (CompletionPolling::kCaller), and the caller is a poller thread of
+// this class: each pass's C++ callbacks only link the request's ticket into the pass's batch (no
+// Python, no allocation), and after the pass the poller takes the GIL once and hands the whole
+// batch to Python (evpool/_delivery.py), which calls the callbacks, resolves the futures, and asks
+// each asyncio loop that has futures in the batch to resolve them, once per loop and batch, through
+// loop.call_soon_threadsafe. No thread per request, and no lock but the GIL, taken once a batch.
+//
+// The poller waits as the C++ queue's own does (detail/poller_wait.h, reused): it polls without a
+// pause while passes make progress, then spins for `spin_for`, then sleeps 1 us, 2 us, ... up to
+// `max_sleep` while requests are in progress, and sleeps in the kernel, until a request rings the
+// doorbell, when none is. What it counts as in progress is `outstanding_`: requests made and not
+// yet delivered to Python.
+//
+// The GIL is released around every call that may wait: a request (the event's record, which may
+// take driver locks; a thread's first request, which allocates), close() (which waits for the
+// requests in progress to be delivered).
+//
+// Exactly once: a ticket is linked into a batch by the request's C++ callback, which the C++ queue
+// runs exactly once, on the polling thread, and the poller delivers and frees each batch it took.
+// A request refused (closed queue, a stream the backend refuses, no memory) is refused before its
+// ticket reaches the queue, and its reference is dropped at once.
+//
+// Closing: close() stops new requests, waits until every request made is delivered, and joins the
+// poller. A request and close() meet through two words, `outstanding_` and `closing_`, both
+// sequentially consistent: a request raises `outstanding_`, then reads `closing_`; the poller
+// reads `closing_`, then `outstanding_`, and stops only on (closing, 0). Of a request that read
+// `closing_` false and a poller that read it true, the request's raise comes before the poller's
+// read of `outstanding_` in the single total order, so the poller sees it and stays.
+//
+// fork(): the child has no poller. A queue made in the parent refuses every call in the child
+// (RuntimeError); the package's default queue is replaced in the child (evpool/_api.py).
+//
+// Interpreter exit: a batch that completes while the interpreter finalizes is dropped (its
+// references leak): taking the GIL then would never return.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <sys/prctl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "evpool/basic_completion_queue.h"
+#include "evpool/detail/cache_line_padded.h"
+#include "evpool/detail/fork_guard.h"
+#include "evpool/detail/poller_wait.h"
+#include "evpool/detail/thread_cpu_time.h"
+
+namespace evpool::python {
+
+namespace nb = nanobind;
+
+/// What a request finishes; the numbers are evpool/_delivery.py's.
+enum class Target : int {
+  kCallback = 0,  ///< callback(error), error None or a CUDAError
+  kFuture = 1,    ///< a concurrent.futures.Future
+  kAsyncio = 2,   ///< an asyncio future, resolved on its loop
+};
+
+/// Whether the interpreter is finalizing: no thread may take the GIL any more.
+inline bool python_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+/// `Traits` (a module's: evpool_module.cc, testing_module.cc) gives `completion_backend` and
+/// `error_name(status)`. Thread-safety: request(), pending(), stats() and close() may be called
+/// from any threads at once; the destructor, only once no other call runs (Python's dealloc).
+template <class Traits>
+class PythonCompletionQueue {
+  using Backend = typename Traits::completion_backend;
+
+ public:
+  using stream_type = typename Backend::stream_type;
+  using status_type = typename Backend::status_type;
+
+  /// Starts the poller. `deliver` is evpool._delivery.deliver. Throws std::invalid_argument for
+  /// options the C++ queue refuses, std::system_error if the thread cannot start. Requires the GIL.
+  PythonCompletionQueue(Backend backend, CompletionQueueOptions options, nb::object deliver)
+      : queue_(std::move(backend), caller_polled(options)), options_(options), deliver_(std::move(deliver)) {
+    poller_ = new std::thread([this] { run_poller(); });
+  }
+
+  PythonCompletionQueue(const PythonCompletionQueue &) = delete;
+  PythonCompletionQueue &operator=(const PythonCompletionQueue &) = delete;
+
+  /// Closes the queue (see close()). Requires the GIL, which it releases while it waits.
+  ~PythonCompletionQueue() {
+    if (in_fork_child()) {
+      poller_ = nullptr;  // the parent's thread, which the child does not have: never joined
+      return;
+    }
+    closing_.store(true, std::memory_order_seq_cst);
+    doorbell_.value.wake();
+    nb::gil_scoped_release unlocked;
+    join_poller();
+  }
+
+  /// Asks for `target` to be finished, as `kind` says, once the work enqueued on `stream` so far
+  /// is done. Requires the GIL; releases it while the request is recorded. Thread-safe; lock-free
+  /// as the C++ queue's notify. Throws, keeping no reference to `target`: RuntimeError for a closed
+  /// queue or one made before fork(), std::invalid_argument for a stream the backend refuses (a
+  /// capturing CUDA stream), std::bad_alloc.
+  void request(stream_type stream, Target kind, nb::handle target) {
+    check_usable("request");
+    auto *ticket = new Ticket{target.ptr(), kind, {}, nullptr};
+    target.inc_ref();  // the ticket's, dropped by the delivery (or below)
+    // seq_cst, both: close()'s pairing (see the top).
+    outstanding_.fetch_add(1, std::memory_order_seq_cst);
+    try {
+      if (closing_.load(std::memory_order_seq_cst)) throw_closed("request");
+      nb::gil_scoped_release unlocked;
+      queue_.notify(stream, LinkTicket{this, ticket});
+    } catch (...) {
+      outstanding_.fetch_sub(1, std::memory_order_relaxed);
+      target.dec_ref();
+      delete ticket;
+      throw;
+    }
+    doorbell_.value.ring();  // after the push, as the C++ queue's requesters (poller_wait.h)
+  }
+
+  /// Stops taking requests, waits until every request made so far is delivered (their callbacks
+  /// called, their futures resolved or handed to their loops), and stops the poller. Requires the
+  /// GIL, which it releases while it waits. Thread-safe; a second call waits as the first. Throws
+  /// RuntimeError from one of the queue's own callbacks (it would wait for itself).
+  void close() {
+    if (in_fork_child()) return;  // nothing of the parent's to wait for
+    if (std::this_thread::get_id() == poller_id_.load(std::memory_order_relaxed))
+      throw std::logic_error("evpool: CompletionQueue.close() called from one of the queue's own callbacks, which would wait for "
+                             "itself; close it from another thread");
+    closing_.store(true, std::memory_order_seq_cst);
+    doorbell_.value.wake();
+    nb::gil_scoped_release unlocked;
+    join_poller();
+  }
+
+  bool closed() const noexcept { return closing_.load(std::memory_order_relaxed); }
+
+  /// Requests made and not yet handed to Python: 0 once a thread has seen the result of every
+  /// request it made. Thread-safe, wait-free.
+  std::uint64_t pending() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
+
+  /// The C++ queue's counts. Thread-safe, wait-free.
+  CompletionQueueStats stats() const noexcept { return queue_.stats(); }
+
+  /// CPU time the poller thread has used (zero once it stopped). Thread-safe.
+  std::chrono::nanoseconds poller_cpu_time() const {
+    const std::lock_guard lock(poller_mutex_);
+    return poller_ == nullptr ? std::chrono::nanoseconds(0) : detail::thread_cpu_time(poller_->native_handle());
+  }
+
+  const CompletionQueueOptions &options() const noexcept { return options_; }
+  Backend &backend() noexcept { return queue_.backend(); }
+
+ private:
+  // One request's Python side: its target (a strong reference) and, once done, its status.
+  struct Ticket {
+    PyObject *target;
+    Target kind;
+    status_type status;
+    Ticket *next;
+  };
+
+  // The request's C++ callback: links the ticket into the pass's batch. Runs on the polling
+  // thread, one at a time (the C++ queue's promise), so the batch needs no synchronisation.
+  struct LinkTicket {
+    PythonCompletionQueue *queue;
+    Ticket *ticket;
+    void operator()(const status_type &status) const noexcept {
+      ticket->status = status;
+      *queue->batch_tail_ = ticket;
+      queue->batch_tail_ = &ticket->next;
+    }
+  };
+
+  static CompletionQueueOptions caller_polled(CompletionQueueOptions options) noexcept {
+    options.polling = CompletionPolling::kCaller;
+    return options;
+  }
+
+  bool in_fork_child() const noexcept { return fork_generation_ != detail::fork_generation(); }
+
+  void check_usable(const char *call) const {
+    if (in_fork_child())
+      throw std::runtime_error(std::string("evpool: CompletionQueue.") + call +
+                               ": the queue was made before fork(), and this child has no poller for it; make a "
+                               "new queue in the child (evpool.default_queue() does so by itself)");
+  }
+
+  [[noreturn]] static void throw_closed(const char *call) {
+    throw std::runtime_error(std::string("evpool: CompletionQueue.") + call +
+                             ": the queue is closed; make a new one (or use evpool.default_queue())");
+  }
+
+  void join_poller() {
+    const std::lock_guard lock(poller_mutex_);
+    if (poller_ == nullptr) return;
+    poller_->join();
+    delete poller_;
+    poller_ = nullptr;
+  }
+
+  void run_poller() noexcept {
+    poller_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us, as the C++ queue's poller (poller_wait.h)
+    detail::AdaptiveWait wait(options_.spin_for, options_.max_sleep);
+    for (;;) {
+      const std::size_t finished = queue_.poll();
+      if (Ticket *batch = batch_head_) {
+        batch_head_ = nullptr;
+        batch_tail_ = &batch_head_;
+        deliver(batch);
+      }
+      if (finished != 0) {
+        wait.progressed();
+        continue;
+      }
+      // seq_cst, both, and `closing_` first: see the top.
+      const bool closing = closing_.load(std::memory_order_seq_cst);
+      if (outstanding_.load(std::memory_order_seq_cst) == 0) {
+        if (closing) return;
+        doorbell_.value.announce_sleep();
+        // seq_cst: the store-load pairing with request()'s raise and ring (poller_wait.h).
+        if (outstanding_.load(std::memory_order_seq_cst) != 0 || closing_.load(std::memory_order_seq_cst)) {
+          doorbell_.value.cancel_sleep();
+          continue;
+        }
+        doorbell_.value.sleep(std::nullopt);
+        wait.progressed();
+      } else if (const std::optional<std::chrono::nanoseconds> pause = wait.after_idle_pass()) {
+        doorbell_.value.announce_sleep();  // a request ends the pause early
+        doorbell_.value.sleep(*pause);
+      }
+    }
+  }
+
+  // Hands the batch to Python under one acquisition of the GIL, and frees its tickets.
+  void deliver(Ticket *batch) noexcept {
+    std::uint64_t count = 0;
+    if (python_finalizing()) {  // the GIL cannot be taken any more: the references leak
+      while (batch != nullptr) {
+        delete std::exchange(batch, batch->next);
+        ++count;
+      }
+    } else {
+      nb::gil_scoped_acquire gil;
+      nb::list items;
+      while (batch != nullptr) {
+        Ticket *ticket = std::exchange(batch, batch->next);
+        nb::object target = nb::steal(ticket->target);
+        const Target kind = ticket->kind;
+        const status_type status = ticket->status;
+        delete ticket;
+        ++count;
+        try {
+          nb::object name = nb::none();
+          if (status != Backend::kSuccess) name = nb::str(Traits::error_name(status).c_str());
+          items.append(nb::make_tuple(static_cast<int>(kind), std::move(target),
+                                      static_cast<long long>(status), std::move(name)));
+        } catch (nb::python_error &error) {
+          error.discard_as_unraisable("evpool: preparing a completion for Python");
+        } catch (const std::exception &) {  // out of memory: this one is not delivered
+        }
+      }
+      // Before Python sees the batch: a thread that has seen one of its results reads pending()
+      // without it. close() still waits for the delivery, which ends before the poller does.
+      outstanding_.fetch_sub(count, std::memory_order_seq_cst);
+      try {
+        deliver_(items);
+      } catch (nb::python_error &error) {
+        error.discard_as_unraisable("evpool: delivering completions");
+      }
+      return;
+    }
+    outstanding_.fetch_sub(count, std::memory_order_seq_cst);
+  }
+
+  BasicCompletionQueue<Backend> queue_;
+  const CompletionQueueOptions options_;
+  const nb::object deliver_;
+  const std::uint32_t fork_generation_ = detail::fork_generation();
+
+  // Read by every request: a line of its own (poller_wait.h).
+  detail::CacheLinePadded<detail::PollerDoorbell> doorbell_;
+  std::atomic<std::uint64_t> outstanding_{0};
+  std::atomic<bool> closing_{false};
+
+  // The poller's only (the C++ callbacks run on it).
+  Ticket *batch_head_ = nullptr;
+  Ticket **batch_tail_ = &batch_head_;
+
+  mutable std::mutex poller_mutex_;  // joining, and reading the thread's clock meanwhile
+  std::thread *poller_ = nullptr;
+  std::atomic<std::thread::id> poller_id_{};
+};
+
+}  // namespace evpool::python

@@ -1,0 +1,245 @@
+"""notify, future, await done: over the host backends, whose work completes when a test says so."""
+
+import asyncio
+import concurrent.futures
+import gc
+import os
+import threading
+import weakref
+
+import pytest
+
+import evpool
+from evpool import testing
+
+
+def fresh(device=0):
+    """A stream no other test has used: a failed one's error is sticky, as on a GPU."""
+    return testing.StreamPool().lease(device)
+
+
+def test_a_future_completes_once_the_streams_work_is_done(api, queue):
+    with api.stream(0) as s:
+        future = queue.future(s)
+        assert testing.enqueued(s) == testing.completed(s) + 1
+        assert not future.done()
+        testing.complete(s)
+        assert future.result(timeout=60) is None
+
+
+def test_a_future_carries_the_streams_error(api, queue):
+    with fresh() as s:
+        future = queue.future(s)
+        testing.fail(s, 700)
+        error = future.exception(timeout=60)
+    assert isinstance(error, evpool.CUDAError)
+    assert (error.status, error.name) == (700, "hostError700")
+
+
+def test_a_request_that_cannot_record_fails_with_the_records_status(api, queue):
+    with api.stream(1) as s:
+        testing.fail_records(s, 4)
+        try:
+            future = queue.future(s)
+        finally:
+            testing.fail_records(s, 0)
+        assert future.exception(timeout=60).status == 4
+
+
+def test_a_cancelled_concurrent_future_is_left_cancelled(api, queue):
+    with api.stream(0) as s:
+        future = queue.future(s)
+        assert future.cancel()
+        after = queue.future(s)
+        testing.complete(s)
+        after.result(timeout=60)  # delivered in order: the cancelled one is delivered by now
+        assert future.cancelled()
+        assert queue.pending == 0
+
+
+def test_notify_calls_back_on_the_poller_with_none_or_the_error(api, queue):
+    calls = []
+    done = threading.Event()
+
+    def callback(error):
+        calls.append((threading.current_thread() is threading.main_thread(), error))
+        if len(calls) == 2:
+            done.set()
+
+    with api.stream(0) as ok, fresh() as failing:
+        queue.notify(ok, callback)
+        queue.notify(failing, callback)
+        testing.complete(ok)
+        testing.fail(failing, 9)
+        assert done.wait(60)
+    assert [on_main for on_main, _ in calls] == [False, False]
+    errors = sorted((error.status if error else 0) for _, error in calls)
+    assert errors == [0, 9]
+
+
+def test_a_callback_that_raises_is_reported_and_the_others_still_run(api, queue, monkeypatch):
+    reported = []
+    monkeypatch.setattr("sys.unraisablehook", reported.append)
+    with api.stream(0) as s:
+        queue.notify(s, lambda error: 1 / 0)
+        future = queue.future(s)
+        testing.complete(s)
+        future.result(timeout=60)
+    assert len(reported) == 1 and reported[0].exc_type is ZeroDivisionError
+
+
+def test_notify_refuses_what_it_cannot_call(api, queue):
+    with api.stream(0) as s:
+        with pytest.raises(TypeError, match="callable"):
+            queue.notify(s, None)
+        assert testing.enqueued(s) == testing.completed(s)  # nothing was recorded
+
+
+def test_a_capturing_stream_is_refused_and_keeps_no_reference(api, queue):
+    target = concurrent.futures.Future()
+    with api.stream(0) as s:
+        testing.set_capturing(s, True)
+        try:
+            with pytest.raises(ValueError, match="capturing"):
+                queue._request(s, 1, target)
+        finally:
+            testing.set_capturing(s, False)
+    assert queue.pending == 0
+    reference = weakref.ref(target)
+    del target
+    gc.collect()
+    assert reference() is None
+
+
+def test_a_closed_queue_refuses_requests_and_close_waits_for_those_made(api):
+    queue = api.CompletionQueue()
+    with api.stream(0) as s:
+        future = queue.future(s)
+        closer = threading.Thread(target=queue.close)
+        closer.start()
+        testing.complete(s)  # close() waits for this request's delivery
+        closer.join()
+        assert future.result(timeout=0) is None
+        assert queue.closed and queue.pending == 0
+        with pytest.raises(RuntimeError, match="closed"):
+            queue.future(s)
+    queue.close()  # a second close is harmless
+
+
+def test_close_from_the_queues_own_callback_is_refused(api, queue):
+    raised = concurrent.futures.Future()
+
+    def close_me(error):
+        try:
+            queue.close()
+        except RuntimeError as e:
+            raised.set_result(e)
+
+    with api.stream(0) as s:
+        queue.notify(s, close_me)
+        testing.complete(s)
+        assert "own callbacks" in str(raised.result(timeout=60))
+
+
+async def test_await_done_resolves_on_the_callers_loop(api, queue):
+    with api.stream(0) as s:
+        loop = asyncio.get_running_loop()
+        done = queue.done(s)
+        assert done.get_loop() is loop
+        testing.complete(s)
+        assert await done is None
+
+
+async def test_await_done_raises_the_streams_error(api, queue):
+    with fresh(1) as s:
+        done = queue.done(s)
+        testing.fail(s, 719)
+        with pytest.raises(evpool.CUDAError) as raised:
+            await done
+    assert raised.value.status == 719
+
+
+async def test_the_package_level_done_uses_the_default_queue(api):
+    with api.stream(0) as s:
+        done = api.done(s)
+        testing.complete(s)
+        await done
+    assert api.default_queue().pending == 0
+
+
+async def test_cancelling_the_awaiting_task_leaks_nothing(api, queue):
+    with api.stream(0) as s:
+        done = queue.done(s)
+        task = asyncio.ensure_future(done)
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert done.cancelled()
+        reference = weakref.ref(done)
+        del done, task
+        later = queue.done(s)
+        testing.complete(s)
+        await later  # delivered in order: the cancelled request is delivered and dropped by now
+    assert queue.pending == 0
+    gc.collect()
+    assert reference() is None
+
+
+async def test_many_tasks_awaiting_one_stream_all_resolve(api, queue):
+    with api.stream(0) as s:
+        futures = [queue.done(s) for _ in range(100)]
+        testing.complete(s, through=testing.completed(s) + 50)
+        await asyncio.gather(*futures[:50])
+        assert not any(f.done() for f in futures[50:])
+        testing.complete(s)
+        await asyncio.gather(*futures)
+
+
+def test_a_loop_closed_before_its_futures_resolve_drops_them(api, queue):
+    loop = asyncio.new_event_loop()
+    with api.stream(0) as s:
+        future = loop.create_future()
+        queue._request(s, 2, future)
+        loop.close()
+        after = queue.future(s)
+        testing.complete(s)
+        after.result(timeout=60)
+    assert queue.pending == 0 and not future.done()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_fork_child_gets_exceptions_from_the_parents_queue_and_a_new_default_queue(api, queue):
+    with api.stream(0) as s:
+        api.default_queue()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status, never return into pytest
+            status = 1
+            try:
+                try:
+                    queue.future(s)
+                except RuntimeError as error:
+                    status = 2 if "fork" in str(error) else 3
+                else:
+                    status = 4
+                if status == 2:
+                    try:
+                        s.handle
+                    except RuntimeError:
+                        pass
+                    else:
+                        status = 5
+                if status == 2:
+                    with api.stream(0) as fresh:
+                        future = api.default_queue().future(fresh)  # a new queue with a poller
+                        testing.complete(fresh)
+                        future.result(timeout=60)
+                    status = 0
+            finally:
+                os._exit(status)
+        os.close(read)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
