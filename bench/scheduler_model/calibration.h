@@ -80,6 +80,9 @@ struct Calibration {
   /// The poller's own work per request taken from a channel and per callback run, besides its
   /// driver calls: a few pointer moves; assumed 30 ns.
   Time poller_per_request = 30;
+  /// A pass's own work besides its queries (taking each channel's requests, the clock for the
+  /// pacing): assumed 100 ns.
+  Time poller_pass = 100;
   /// TensorFlow's EventMgr: polling_active_delay_usecs = 10 us, plus the 1 us timer slack its
   /// polling thread sets (bench/competitors/fifo_event_poller.h).
   Time tf_poll_delay = 11'000;

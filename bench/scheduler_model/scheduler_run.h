@@ -552,7 +552,8 @@ class SchedulerModel {
         continue;
       }
       bool progress = !channel_.empty();
-      co_await Delay{loop_, c_.poller_per_request * static_cast<Time>(channel_.size())};
+      // At least a nanosecond a pass: a pass that costs nothing would spin without time passing.
+      co_await Delay{loop_, std::max<Time>(1, c_.poller_pass + c_.poller_per_request * static_cast<Time>(channel_.size()))};
       for (const auto &[key, request] : channel_) {
         auto [place, added] = fifo_index_.try_emplace(key, fifos_.size());
         if (added) fifos_.emplace_back();
