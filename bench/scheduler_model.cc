@@ -148,8 +148,8 @@ std::vector<std::string> others(const std::vector<std::string> &stacks) {
   return rest;
 }
 
-std::string best_named(const std::vector<std::string> &stacks, const model::Rates &rates, const std::string &workload,
-                       int threads) {
+std::string best_named(const std::vector<std::string> &stacks, const model::Rates &rates,
+                       const std::string &workload, int threads) {
   const auto rate = [&](const std::string &stack) { return rates.at({workload, threads, stack}); };
   const auto [best, sharing] = model::best_of(stacks, rate);
   if (sharing == 1) return best;
@@ -190,7 +190,8 @@ int run(const Options &options) {
       cores_rows.push_back(cores_row);
     }
     std::printf("\nhost cores used, modelled (threads' time on a core over the wall time):\n\n| threads |");
-    for (const model::StackName &stack : model::kStackNames) std::printf(" %s |", std::string(stack.name).c_str());
+    for (const model::StackName &stack : model::kStackNames)
+      std::printf(" %s |", std::string(stack.name).c_str());
     std::printf("\n|---:|");
     for (std::size_t i = 0; i < model::kStackNames.size(); ++i) std::printf("---:|");
     std::printf("\n");
@@ -215,7 +216,8 @@ int run(const Options &options) {
     std::vector<double> all_measured, all_modelled;
     for (const int threads : options.threads) {
       bool complete = true;
-      for (const std::string &stack : measured_names) complete = complete && measured.count({workload, threads, stack});
+      for (const std::string &stack : measured_names)
+        complete = complete && measured.count({workload, threads, stack});
       if (!complete) {
         std::printf("| %s | %d | not measured | | | | | | |\n", workload.c_str(), threads);
         continue;
@@ -238,8 +240,8 @@ int run(const Options &options) {
         const auto rate = [&](const std::string &stack) { return rates.at({workload, threads, stack}); };
         const std::string rival = model::best_of(rivals, rate).first;
         const double ratio = rate("evpool") / rate(rival);
-        return std::make_pair(ratio >= 1, "evpool " + std::string(ratio >= 1 ? "ahead of " : "behind ") + rival +
-                                              " (" + fixed(ratio, "%.2f") + "x)");
+        return std::make_pair(ratio >= 1, "evpool " + std::string(ratio >= 1 ? "ahead of " : "behind ") +
+                                              rival + " (" + fixed(ratio, "%.2f") + "x)");
       };
       const auto [gpu_ahead, gpu_text] = order(measured);
       const auto [model_ahead, model_text] = order(modelled);
@@ -248,8 +250,9 @@ int run(const Options &options) {
       ++points;
       same_best += best_agrees;
       same_order += gpu_ahead == model_ahead;
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", workload.c_str(), threads, gpu_best.c_str(),
-                  model_best.c_str(), best_agrees ? (model_best.rfind("tie", 0) == 0 ? "in a tie" : "yes") : "no",
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", workload.c_str(), threads,
+                  gpu_best.c_str(), model_best.c_str(),
+                  best_agrees ? (model_best.rfind("tie", 0) == 0 ? "in a tie" : "yes") : "no",
                   gpu_text.c_str(), model_text.c_str(), gpu_ahead == model_ahead ? "yes" : "no",
                   fixed(model::spearman(gpu, mine), "%.2f").c_str());
     }

@@ -120,8 +120,8 @@ TEST(SchedulerModel, CompletionsAtEnqueueTakeTheCriticalPathWithoutHostCost) {
   for (example::TaskId task = 0; task < dag.size(); ++task) sum += dag.duration(task).count();
   EXPECT_EQ(model::model_run(dag, StackKind::kTensorflowExec, 4, c).wall, sum) << "one stream: one line";
   // Stacks that hear of real completions take at least the critical path.
-  for (const StackKind stack : {StackKind::kEvpool, StackKind::kPytorch, StackKind::kTensorflow,
-                                StackKind::kEvpoolHybrid})
+  for (const StackKind stack :
+       {StackKind::kEvpool, StackKind::kPytorch, StackKind::kTensorflow, StackKind::kEvpoolHybrid})
     EXPECT_GE(model::model_run(dag, stack, 4, c).wall, critical) << model::name_of(stack);
 }
 
@@ -157,11 +157,10 @@ TEST(SchedulerModelRanking, SpearmanGivesTheTextbookAnswers) {
 }
 
 TEST(SchedulerModelRanking, ParsesTheBenchmarksLinesAndSkipsTheRest) {
-  std::istringstream run(
-      "# NVIDIA H100 80GB HBM3, 16 CPUs online, 3 runs per point, scale 1\n"
-      "scheduler workload=mixed threads=16 stack=evpool tasks=10000 tasks_per_s=73040 runs=1/2/3 p50_us=200.0\n"
-      "scheduler workload=mixed threads=16 stack=dali tasks=10000 tasks_per_s=oops\n"
-      "step scheduler-run: 183 s, exit status 0\n");
+  std::istringstream run("# NVIDIA H100 80GB HBM3, 16 CPUs online, 3 runs per point, scale 1\n"
+                         "scheduler workload=mixed threads=16 stack=evpool tasks=10000 tasks_per_s=73040 runs=1/2/3 p50_us=200.0\n"
+                         "scheduler workload=mixed threads=16 stack=dali tasks=10000 tasks_per_s=oops\n"
+                         "step scheduler-run: 183 s, exit status 0\n");
   const model::Rates rates = model::parse_scheduler_run(run);
   ASSERT_EQ(rates.size(), 1u);
   EXPECT_EQ(rates.at({"mixed", 16, "evpool"}), 73040);

@@ -174,8 +174,7 @@ class GpuModel {
         Record &record = records_[op.record];
         record.dispatched = true;
         record.reached_at = std::max(now, stream.busy_until);
-        for (std::function<void()> &done : record.on_reached)
-          call_at(record.reached_at, std::move(done));
+        for (std::function<void()> &done : record.on_reached) call_at(record.reached_at, std::move(done));
         record.on_reached.clear();
         for (const std::size_t blocked : record.blocked_queues) retry_later(blocked, record.reached_at);
         record.blocked_queues.clear();
@@ -196,8 +195,7 @@ class GpuModel {
 
   void check_idle() {
     if (undispatched_ != 0 || idle_waiters_.empty()) return;
-    for (std::function<void()> &done : idle_waiters_)
-      call_at(last_end_, std::move(done));
+    for (std::function<void()> &done : idle_waiters_) call_at(last_end_, std::move(done));
     idle_waiters_.clear();
   }
 

@@ -33,8 +33,8 @@ namespace evpool::model {
 struct HostThread {
   std::uint32_t id = 0;
   bool on_core = false;
-  bool spinning = false;          // on a core but preemptible, waiting for a Signal
-  bool signalled = false;         // its Signal fired while it was off its core
+  bool spinning = false;           // on a core but preemptible, waiting for a Signal
+  bool signalled = false;          // its Signal fired while it was off its core
   std::coroutine_handle<> parked;  // what to resume once it has a core (or its signal)
   Time core_since = 0;
   Time core_time = 0;  // total time on a core: the "cores used" figure
@@ -216,7 +216,9 @@ class Lock {
     else
       loop_.at(loop_.now() + handover_, &Lock::resume_acquirer, next.acquire_address);
   }
-  static void resume_acquirer(void *address, std::uint64_t) { std::coroutine_handle<>::from_address(address).resume(); }
+  static void resume_acquirer(void *address, std::uint64_t) {
+    std::coroutine_handle<>::from_address(address).resume();
+  }
 
   EventLoop &loop_;
   Time handover_;

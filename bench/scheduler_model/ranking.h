@@ -62,7 +62,8 @@ inline Rates parse_scheduler_run(std::istream &in) {
 inline std::vector<double> ranks_descending(const std::vector<double> &values) {
   std::vector<std::size_t> order(values.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] > values[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return values[a] > values[b]; });
   std::vector<double> ranks(values.size());
   for (std::size_t begin = 0; begin < order.size();) {
     std::size_t end = begin + 1;

@@ -114,17 +114,11 @@ using example::TaskId;
 class SchedulerModel {
  public:
   SchedulerModel(const Dag &dag, StackKind kind, int workers, const Calibration &calibration)
-      : dag_(dag),
-        kind_(kind),
-        workers_(workers),
-        c_(calibration),
-        cores_(loop_, calibration.cores),
+      : dag_(dag), kind_(kind), workers_(workers), c_(calibration), cores_(loop_, calibration.cores),
         driver_(loop_, calibration.driver_handover),
         gpu_(loop_, calibration.connections, calibration.kernel_start_latency),
-        ready_lock_(loop_, calibration.mutex_handover),
-        pool_lock_(loop_, pool_handover(kind, calibration)),
-        event_lock_(loop_, pool_handover(kind, calibration)),
-        mgr_lock_(loop_, calibration.mutex_handover),
+        ready_lock_(loop_, calibration.mutex_handover), pool_lock_(loop_, pool_handover(kind, calibration)),
+        event_lock_(loop_, pool_handover(kind, calibration)), mgr_lock_(loop_, calibration.mutex_handover),
         callback_lock_(loop_, calibration.mutex_handover) {
     build_stack();
   }
@@ -192,8 +186,8 @@ class SchedulerModel {
   };
 
   bool is_enqueued_stack() const {
-    return kind_ == StackKind::kDali || kind_ == StackKind::kDaliExec || kind_ == StackKind::kTensorflowExec ||
-           kind_ == StackKind::kLimit;
+    return kind_ == StackKind::kDali || kind_ == StackKind::kDaliExec ||
+           kind_ == StackKind::kTensorflowExec || kind_ == StackKind::kLimit;
   }
   bool uses_queue() const { return kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolHybrid; }
 
@@ -377,9 +371,7 @@ class SchedulerModel {
 
   Task lease_stream(HostThread &thread, TaskId task, std::deque<StreamId> &cache, StreamId &stream) {
     switch (kind_) {
-      case StackKind::kEvpool:
-        co_await evpool_get_stream(thread, cache, stream);
-        break;
+      case StackKind::kEvpool: co_await evpool_get_stream(thread, cache, stream); break;
       case StackKind::kDali:
       case StackKind::kTensorflow:
         co_await pool_lock_.hold(kind_ == StackKind::kDali ? c_.spinlock_hold : c_.mutex_hold);
@@ -400,11 +392,8 @@ class SchedulerModel {
           }
         stream = round_robin_[round_robin_next_++ % round_robin_.size()];
         break;
-      case StackKind::kLimit:
-        stream = limit_streams_[stream_of_[task]];
-        break;
-      default:
-        stream = one_stream_;
+      case StackKind::kLimit: stream = limit_streams_[stream_of_[task]]; break;
+      default: stream = one_stream_;
     }
   }
 
@@ -524,11 +513,8 @@ class SchedulerModel {
         if (waiter.sleepers.wake_one(loop_, c_.wake_latency)) co_await Delay{loop_, c_.futex_wake_cost};
         break;
       }
-      case StackKind::kTensorflow:
-        co_await tf_then_execute(thread, stream, task);
-        break;
-      default:
-        co_await completed(thread, task);  // at enqueue
+      case StackKind::kTensorflow: co_await tf_then_execute(thread, stream, task); break;
+      default: co_await completed(thread, task);  // at enqueue
     }
   }
 
@@ -553,7 +539,8 @@ class SchedulerModel {
       }
       bool progress = !channel_.empty();
       // At least a nanosecond a pass: a pass that costs nothing would spin without time passing.
-      co_await Delay{loop_, std::max<Time>(1, c_.poller_pass + c_.poller_per_request * static_cast<Time>(channel_.size()))};
+      co_await Delay{
+          loop_, std::max<Time>(1, c_.poller_pass + c_.poller_per_request * static_cast<Time>(channel_.size()))};
       for (const auto &[key, request] : channel_) {
         auto [place, added] = fifo_index_.try_emplace(key, fifos_.size());
         if (added) fifos_.emplace_back();
@@ -649,7 +636,8 @@ class SchedulerModel {
     co_await driver_.hold(c_.record_hold);
     const bool was_empty = tf_fifo_.empty();
     tf_fifo_.push_back({Request{task, gpu_.record(stream)}, false});
-    if (was_empty && tf_poller_sleepers_.wake_one(loop_, c_.wake_latency)) co_await Delay{loop_, c_.futex_wake_cost};
+    if (was_empty && tf_poller_sleepers_.wake_one(loop_, c_.wake_latency))
+      co_await Delay{loop_, c_.futex_wake_cost};
     std::vector<TaskId> done;
     for (TfEntry &entry : tf_fifo_) {  // PollEvents(false): from the front to the first pending
       if (entry.done) continue;

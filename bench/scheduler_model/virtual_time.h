@@ -36,7 +36,9 @@ class Task {
   struct promise_type {
     std::coroutine_handle<> continuation = std::noop_coroutine();
 
-    Task get_return_object() noexcept { return Task(std::coroutine_handle<promise_type>::from_promise(*this)); }
+    Task get_return_object() noexcept {
+      return Task(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
     std::suspend_always initial_suspend() noexcept { return {}; }
     struct FinalAwaiter {
       bool await_ready() noexcept { return false; }
@@ -121,7 +123,9 @@ class EventLoop {
       return a.when != b.when ? a.when > b.when : a.sequence > b.sequence;
     }
   };
-  static void resume(void *address, std::uint64_t) { std::coroutine_handle<>::from_address(address).resume(); }
+  static void resume(void *address, std::uint64_t) {
+    std::coroutine_handle<>::from_address(address).resume();
+  }
 
   std::priority_queue<Entry, std::vector<Entry>, Later> queue_;
   std::vector<Task> owned_;
