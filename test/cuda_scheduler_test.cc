@@ -1,9 +1,11 @@
-// The example scheduler (examples/scheduler/) on a real GPU, on each of its seven stacks: evpool,
-// DALI's pools and DALI's executor, PyTorch-style, TensorFlow's pieces and TensorFlow's executor,
-// and the limit. For each, on each workload, with 1 and 16 workers, twice over with the same
-// executor and stack: the checked task kernel (task_kernel.h) says that every task's kernel ran
-// once and never began before one of its inputs' kernels had finished; the executor's times say
-// that every task was made ready only after its inputs' completions were seen; and nothing leaks:
+// The example scheduler (examples/scheduler/) on a real GPU, on each of its nine stacks: evpool's
+// three (evpool, evpool-planned, evpool-ahead), DALI's pools and DALI's executor, PyTorch-style,
+// TensorFlow's pieces and TensorFlow's executor, and the limit. For each, on each workload, with 1
+// and 16 workers, twice over with the same executor and stack: the checked task kernel
+// (task_kernel.h) says that every task's kernel ran once and never began before one of its inputs'
+// kernels had finished; the executor's times say that every task was made ready only after its
+// inputs' completions were seen (a planned stack's successor on its input's stream: after its
+// enqueue); and nothing leaks:
 // the executor handed back every lease and event it took and heard every completion it asked for
 // once (support/counting_stack.h), and evpool's pools have every stream and event back. And the
 // reference, the graph captured once and replayed: each replay runs every kernel once more, none

@@ -2,7 +2,7 @@
 //
 // Design rationale
 // ----------------
-// The seven CUDA stacks differ in where streams, events and completions come from; the three
+// The nine CUDA stacks differ in where streams, events and completions come from; the three
 // steps a task enqueues with them are the same CUDA calls everywhere: cudaStreamWaitEvent for an
 // input, the task's kernel (task_kernel.h), cudaEventRecord for its own event. So they are here
 // once, on raw handles (each stack's leases and events convert to them), with what a CUDA status

@@ -5,7 +5,7 @@
 // Where streams, events and completions come from is all that differs between evpool and the
 // designs it replaces, so that is what a stack is; the executor (executor.h) is written against
 // this concept alone. No CUDA type appears in it, which is what lets the tests run the executor
-// on a simulated GPU (test/support/simulated_gpu.h) as well as on the seven CUDA stacks.
+// on a simulated GPU (test/support/simulated_gpu.h) as well as on the nine CUDA stacks.
 //
 // For each task, the executor asks its stack, in this order:
 //   lease_stream(task)           a stream to enqueue the task's work on; the lease ends (the
