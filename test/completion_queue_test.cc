@@ -401,6 +401,70 @@ TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillR
   EXPECT_EQ(queue.stats().callback_exceptions, 1u);
 }
 
+// A capture whose destructor may throw (noexcept(false)): it waits for a request, and a wait for
+// an unfinished request of the queue whose pass destroys the capture throws std::logic_error.
+// Moved from, it waits for nothing.
+class WaitsWhenDestroyed {
+ public:
+  explicit WaitsWhenDestroyed(const Completion &request) noexcept : request_(&request) {}
+  WaitsWhenDestroyed(WaitsWhenDestroyed &&other) noexcept : request_(std::exchange(other.request_, nullptr)) {}
+  WaitsWhenDestroyed &operator=(WaitsWhenDestroyed &&) = delete;
+  ~WaitsWhenDestroyed() noexcept(false) {
+    if (request_ != nullptr) request_->wait();
+  }
+
+ private:
+  const Completion *request_;
+};
+
+void expect_logic_error(const std::exception_ptr &thrown, const std::string &what) {
+  ASSERT_NE(thrown, nullptr) << "nothing was thrown";
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const std::logic_error &error) {
+    EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
+  } catch (...) {
+    ADD_FAILURE() << "not a std::logic_error";
+  }
+}
+
+// The captures are destroyed on the polling thread once the callback ran. One whose destructor
+// throws used to end the process (std::terminate: it was destroyed in a noexcept destructor);
+// its exception now reaches the handle as a callback's does, and the queue goes on. If the call
+// threw too, the call's exception is kept. Both modes: the poller thread and the caller's poll().
+TEST_F(CompletionQueueTest, ACaptureWhoseDestructorThrowsIsKeptInItsHandleLikeACallbacksException) {
+  for (const CompletionPolling polling : {CompletionPolling::kCaller, CompletionPolling::kOwnThread}) {
+    SCOPED_TRACE(polling == CompletionPolling::kCaller ? "kCaller" : "kOwnThread");
+    HostWorkStream pending, done;
+    done.complete_through(UINT64_MAX);
+    const std::uint64_t given_back_before = backend_.given_back();
+    Queue queue(backend_, {.polling = polling, .signal = CompletionSignal::kEventQuery});
+    const Completion unfinished = queue.notify(&pending);
+    int calls = 0;
+    Completion throws_when_destroyed = queue.notify(&done, [&calls, capture = WaitsWhenDestroyed(unfinished)](int) {
+      ++calls;
+    });
+    Completion throws_twice = queue.notify(&done, [capture = WaitsWhenDestroyed(unfinished)](int) {
+      throw std::runtime_error("the call's own");
+    });
+    Completion after = queue.notify(&done, [&calls](int) { ++calls; });
+    if (polling == CompletionPolling::kCaller) {
+      EXPECT_EQ(queue.poll(), 3u);
+    }
+    EXPECT_EQ(after.wait(), HostCompletionBackend::kSuccess);
+    EXPECT_EQ(calls, 2);
+    ASSERT_TRUE(throws_when_destroyed.ready());
+    EXPECT_EQ(throws_when_destroyed.status(), HostCompletionBackend::kSuccess);
+    expect_logic_error(throws_when_destroyed.callback_exception(), "inside a polling pass of the request's own queue");
+    ASSERT_TRUE(throws_twice.ready());
+    EXPECT_THROW(std::rethrow_exception(throws_twice.callback_exception()), std::runtime_error);
+    EXPECT_EQ(after.callback_exception(), nullptr);
+    EXPECT_EQ(queue.stats().callback_exceptions, 2u) << "one per request, whatever threw";
+    EXPECT_EQ(backend_.given_back() - given_back_before, 3u) << "their events went back";
+    pending.complete_all();
+  }
+}
+
 TEST_F(CompletionQueueTest, ACallbackMayAskForMoreAndMayCallPoll) {
   HostWorkStream stream;
   Queue queue(backend_, kPolledByTest);

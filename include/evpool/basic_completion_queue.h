@@ -64,7 +64,9 @@
 // What happens at the edges:
 // - A callback that throws: the exception is caught and kept in the request's handle
 //   (callback_exception()); the event still goes back to its pool, the request is still done,
-//   and the other callbacks run as usual. poll() never throws.
+//   and the other callbacks run as usual. poll() never throws. So does a callback whose captures'
+//   destruction throws (a capture with a noexcept(false) destructor, which the poller destroys
+//   right after the call, outside any noexcept destructor: detail/completion_request.h).
 // - Destroying the queue with requests in progress: the destructor waits for them, and runs their
 //   callbacks, including requests that those callbacks make. Nothing is dropped. (A request whose
 //   work never ends keeps the destructor waiting: as cudaStreamSynchronize would.)
@@ -150,7 +152,7 @@ struct CompletionQueueStats {
   std::uint64_t signalled = 0;            ///< requests taken by the poller that carry a signal
   std::uint64_t passes = 0;               ///< polling passes
   std::uint64_t sleeps = 0;               ///< times the queue's poller thread went to sleep
-  std::uint64_t callback_exceptions = 0;  ///< callbacks that threw
+  std::uint64_t callback_exceptions = 0;  ///< callbacks that threw, or whose captures' destruction threw
 };
 
 template <CompletionBackend Backend>
@@ -507,13 +509,9 @@ class BasicCompletionQueue {
 
   void finish(request_type &request, const status_type &status) noexcept {
     request.status = status;
-    try {
-      request.run_callback();
-    } catch (...) {
-      request.callback_exception = std::current_exception();
-      callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1,
-                                 std::memory_order_relaxed);
-    }
+    request.callback_exception = request.run_callback();
+    if (request.callback_exception != nullptr)
+      callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     backend_.give_back(std::move(request.event()), request.device());
     // After the last read of the slot's word: the requester that takes it next enqueues a new
     // write (signal_slots.h).
