@@ -510,6 +510,73 @@ TEST_F(CompletionQueueTest, TheDestructorRunsEveryPendingCallbackIncludingThoseT
   EXPECT_EQ(backend_.given_back(), 11u);
 }
 
+// A callback that destroys its own queue: the pass that runs it cannot end while the destructor
+// waits for it. kCaller: the destructor's drain waited, for ever, for the `polling_` that the
+// poll() running the callback held. The destructor now returns at once, and that poll() finishes
+// the destruction once its pass is over, as the destructor would have: it waits for every
+// request (here, one that the callback's work completes), runs every callback once, and only
+// then returns, counting them all.
+TEST_F(CompletionQueueTest, ACallbackThatDestroysItsQueueLeavesTheDestructionToThePollThatRanIt) {
+  HostWorkStream done, later;
+  done.complete_through(UINT64_MAX);
+  auto queue = std::make_unique<Queue>(backend_, kPolledByTest);
+  std::vector<std::string> ran;
+  Completion pending = queue->notify(&later, [&](int) { ran.push_back("pending"); });
+  Completion before = queue->notify(&done, [&](int) { ran.push_back("before"); });
+  Completion destroys = queue->notify(&done, [&](int) {
+    later.complete_all();
+    queue.reset();
+    ran.push_back("destroys");
+  });
+  Completion after = queue->notify(&done, [&](int) { ran.push_back("after"); });
+  Queue *const polled = queue.get();
+  EXPECT_EQ(polled->poll(), 4u) << "the pass's three, and the one its destruction waited for";
+  EXPECT_EQ(queue, nullptr);
+  EXPECT_EQ(ran, (std::vector<std::string>{"before", "destroys", "after", "pending"}));
+  for (const Completion *request : {&pending, &before, &destroys, &after}) {
+    ASSERT_TRUE(request->ready());
+    EXPECT_EQ(request->status(), HostCompletionBackend::kSuccess);
+  }
+  EXPECT_EQ(backend_.given_back(), 4u);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0);
+}
+
+// The same on the queue's own poller thread, where the destructor joined the thread it ran on
+// (std::system_error in a noexcept function: std::terminate). The poller now finishes the
+// destruction and ends: it still waits for the queue's requests, and frees the queue's core
+// (whose backend holds `token`, whose deleter says so) once they are done.
+TEST_F(CompletionQueueTest, ACallbackThatDestroysItsQueueOnThePollerLeavesTheDestructionToThePoller) {
+  struct TokenBackend : HostCompletionBackend {
+    std::shared_ptr<void> token;
+  };
+  using TokenQueue = BasicCompletionQueue<TokenBackend>;
+  std::atomic<bool> core_freed{false};
+  // Release: the poller's last use of the streams below comes before; the test's acquire load
+  // sees it, before the streams are destroyed.
+  std::shared_ptr<void> token(nullptr, [&](void *) { core_freed.store(true, std::memory_order_release); });
+  HostWorkStream done, later;
+  done.complete_through(UINT64_MAX);
+  auto queue = std::make_unique<TokenQueue>(TokenBackend{backend_, std::move(token)});
+  std::vector<std::string> ran;  // the poller's until the handles are ready
+  std::thread::id destroyed_on;
+  TokenQueue::completion pending = queue->notify(&later, [&](int) { ran.push_back("pending"); });
+  TokenQueue::completion destroys = queue->notify(&done, [&](int) {
+    queue.reset();
+    destroyed_on = std::this_thread::get_id();
+    ran.push_back("destroys");
+  });
+  EXPECT_EQ(destroys.wait(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(queue, nullptr);
+  EXPECT_NE(destroyed_on, std::this_thread::get_id()) << "destroyed on the poller thread";
+  EXPECT_FALSE(pending.ready()) << "its work runs";
+  later.complete_all();
+  EXPECT_EQ(pending.wait(), HostCompletionBackend::kSuccess) << "the poller went on polling";
+  while (!core_freed.load(std::memory_order_acquire)) std::this_thread::yield();
+  EXPECT_EQ(ran, (std::vector<std::string>{"destroys", "pending"}));
+  EXPECT_EQ(backend_.given_back(), 2u);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0);
+}
+
 TEST_F(CompletionQueueTest, ThePollerThreadFinishesRequestsAndWaitWakesUp) {
   HostWorkStream stream;
   Queue queue(backend_);

@@ -155,20 +155,22 @@ struct CompletionQueueStats {
   std::uint64_t callback_exceptions = 0;  ///< callbacks that threw, or whose captures' destruction threw
 };
 
+namespace detail {
+
+// Everything a BasicCompletionQueue and its passes use, on the heap: a queue destroyed by one of
+// its own callbacks hands it to the pass that ran the callback, which finishes the destruction
+// once it is over (see the top). The public functions are BasicCompletionQueue's, documented there.
 template <CompletionBackend Backend>
-class BasicCompletionQueue {
+class CompletionQueueCore {
   using request_type = detail::CompletionRequest<Backend>;
   using channel_type = detail::RequestChannel<request_type>;
 
  public:
-  using backend_type = Backend;
   using stream_type = typename Backend::stream_type;
   using status_type = typename Backend::status_type;
   using completion = BasicCompletion<Backend>;
 
-  /// Starts the poller thread for kOwnThread. Throws std::invalid_argument for options out of
-  /// range (naming the value), std::system_error if the thread cannot start.
-  explicit BasicCompletionQueue(Backend backend = Backend(), CompletionQueueOptions options = {})
+  CompletionQueueCore(Backend backend, const CompletionQueueOptions &options)
       : backend_(std::move(backend)), options_(validated(options)) {
     if (options_.polling != CompletionPolling::kOwnThread) return;
     try {
@@ -179,14 +181,26 @@ class BasicCompletionQueue {
     }
   }
 
-  BasicCompletionQueue(const BasicCompletionQueue &) = delete;
-  BasicCompletionQueue &operator=(const BasicCompletionQueue &) = delete;
+  CompletionQueueCore(const CompletionQueueCore &) = delete;
+  CompletionQueueCore &operator=(const CompletionQueueCore &) = delete;
 
-  /// Waits until every request made so far is done, running their callbacks (and those of the
-  /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
-  /// may run concurrently, or begin after; handles may outlive the queue.
-  ~BasicCompletionQueue() {
-    destroy();
+  // The queue's destructor. Outside the queue's passes: waits for every request, then frees the
+  // core. Inside one (a callback of the queue, or a poll() under one, destroys it): that pass
+  // cannot end while this waits for it (the poller would join itself; a caller's drain would
+  // wait for the `polling_` its own pass holds, for ever), and it goes on using the core after
+  // the callback returns. So the pass's frame is marked (detail/polling_thread.h), and the pass
+  // finishes the destruction once it is over: poll() before it returns, the poller thread
+  // before it ends (run_poller). Nothing is shared with another thread here: the mark is on the
+  // calling thread's own stack, read by the same thread.
+  void close() noexcept {
+    if (detail::hand_destruction_to_pass(id_)) return;
+    finish_destruction();
+  }
+
+ private:
+  static constexpr bool kCanSignal = CompletionSignalBackend<Backend>;
+
+  ~CompletionQueueCore() {
     // Last: every request is finished, so no slot is in use (the blocks of channels still held by
     // their threads are never touched again).
     if constexpr (kCanSignal)
@@ -195,10 +209,15 @@ class BasicCompletionQueue {
       });
   }
 
- private:
-  static constexpr bool kCanSignal = CompletionSignalBackend<Backend>;
+  // Waits for every request, stops the poller (joined, unless this thread is the poller, which
+  // has detached itself) and frees the core. Returns how many requests it finished.
+  std::size_t finish_destruction() noexcept {
+    const std::size_t finished = destroy();
+    delete this;
+    return finished;
+  }
 
-  void destroy() noexcept {
+  std::size_t destroy() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
       forget_in_fork_child();
     if (poller_ != nullptr) {
@@ -209,26 +228,18 @@ class BasicCompletionQueue {
       poller_->join();
       delete poller_;
     }
-    drain();  // kCaller, or a child whose poller could not start
+    // kCaller, a child whose poller could not start, or the poller itself, finishing a destruction.
+    const std::size_t finished = drain();
     for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;) {
       channel_type *next = channel->next_channel;
       channel->let_go(channel_type::kQueue);
       channel = next;
     }
     shared_channel_->let_go(channel_type::kQueue);
+    return finished;
   }
 
  public:
-  /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
-  /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
-  /// or an error (a sticky device error included), also one that kept the request from being
-  /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
-  /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
-  /// request, of its channel). Throws, keeping `callback` untouched and taking no event:
-  /// - std::invalid_argument if `callback` converts to false (a null function pointer, an empty
-  ///   std::function or std::move_only_function: there is nothing to call);
-  /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
-  /// - std::bad_alloc.
   template <class F>
   requires std::invocable < std::decay_t<F>
   &, const status_type & > completion notify(stream_type stream, F &&callback) {
@@ -241,17 +252,11 @@ class BasicCompletionQueue {
     return submit(new detail::CallbackRequest<Backend, std::decay_t<F>>(stream, std::forward<F>(callback)));
   }
 
-  /// As above, without a callback: only the handle tells.
   completion notify(stream_type stream) {
     backend_.check_stream(stream);
     return submit(new detail::SilentRequest<Backend>(stream));
   }
 
-  /// One polling pass: takes new requests, queries the oldest of each stream, runs the callbacks
-  /// of those done. Returns how many requests it finished. For kCaller queues; on a kOwnThread
-  /// queue it polls alongside the poller thread. Thread-safe: one thread polls at a time, and a
-  /// call that finds another polling returns 0 at once (so does a callback that calls it).
-  /// Non-blocking but for the backend's queries and the callbacks. Never throws.
   std::size_t poll() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
       forget_in_fork_child();
@@ -259,10 +264,12 @@ class BasicCompletionQueue {
     if (polling_.value.exchange(true, std::memory_order_acquire)) return 0;
     const Pass pass = poll_once();
     polling_.value.store(false, std::memory_order_release);
+    // A callback destroyed the queue: the rest is this call's, once its pass is over (close()).
+    if (pass.queue_destroyed) [[unlikely]]
+      return pass.finished + finish_destruction();
     return pass.finished;
   }
 
-  /// Thread-safe, wait-free; the counts are read with relaxed loads (see CompletionQueueStats).
   CompletionQueueStats stats() const noexcept {
     CompletionQueueStats stats;
     stats.requests = requests_.load(std::memory_order_relaxed);
@@ -276,7 +283,6 @@ class BasicCompletionQueue {
     return stats;
   }
 
-  /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
   std::chrono::nanoseconds poller_cpu_time() const noexcept {
     return poller_ == nullptr ? std::chrono::nanoseconds(0) : detail::thread_cpu_time(poller_->native_handle());
   }
@@ -289,6 +295,7 @@ class BasicCompletionQueue {
     std::size_t finished = 0;
     bool took = false;           // filed new requests
     bool left_unplaced = false;  // some stay unfiled for want of memory: still work to do
+    bool queue_destroyed = false;  // one of its callbacks destroyed the queue (close())
     bool progressed() const noexcept { return finished != 0 || took; }
     // Work in progress after the pass (only the pass changes what is filed or unplaced).
     bool busy(std::size_t in_progress) const noexcept { return in_progress != 0 || left_unplaced; }
@@ -455,6 +462,7 @@ class BasicCompletionQueue {
           finish(request, request.failed_to_record ? request.status : status);
         },
         Backend::kSuccess);
+    pass.queue_destroyed = polling_here.queue_destroyed();
     return pass;
   }
 
@@ -536,6 +544,15 @@ class BasicCompletionQueue {
     for (;;) {
       const Step step = poll_and_decide(wait, /*announce=*/true);
       if (step.action == Step::kStop) return;
+      if (step.action == Step::kQueueDestroyed) [[unlikely]] {
+        // One of this pass's callbacks destroyed the queue (close()): this thread finishes the
+        // destruction, and no thread is left to join it. `poller_` was written before any request
+        // was made, and this thread saw a request, through its channel's release and acquire.
+        poller_->detach();
+        delete std::exchange(poller_, nullptr);
+        finish_destruction();
+        return;  // the core is gone
+      }
       if (step.action == Step::kSleep) {
         sleeps_.store(sleeps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         doorbell_.value.sleep(step.sleep);
@@ -543,19 +560,24 @@ class BasicCompletionQueue {
     }
   }
 
-  // Polls until nothing is in progress and no channel holds a request (the destructor).
-  void drain() noexcept {
+  // Polls until nothing is in progress and no channel holds a request (the destructor). Returns
+  // how many requests it finished. Its passes never end in kQueueDestroyed: the queue is already
+  // being destroyed, and a second destruction is the caller's error.
+  std::size_t drain() noexcept {
     detail::AdaptiveWait wait(options_.spin_for, options_.max_sleep);
+    std::size_t finished = 0;
     for (;;) {
       const Step step = poll_and_decide(wait, /*announce=*/false);
-      if (step.action == Step::kStop) return;
+      finished += step.finished;
+      if (step.action == Step::kStop) return finished;
       if (step.action == Step::kSleep && step.sleep) std::this_thread::sleep_for(*step.sleep);
     }
   }
 
   struct Step {
-    enum Action { kPollAgain, kSleep, kStop } action = kPollAgain;
+    enum Action { kPollAgain, kSleep, kStop, kQueueDestroyed } action = kPollAgain;
     std::optional<std::chrono::nanoseconds> sleep;  // kSleep: how long; none: until woken
+    std::size_t finished = 0;                       // requests the pass finished
   };
 
   // One pass, and what to do next. Everything that reads the channel list runs under `polling_`:
@@ -570,6 +592,12 @@ class BasicCompletionQueue {
     }
     const Pass pass = poll_once();
     Step step;
+    step.finished = pass.finished;
+    if (pass.queue_destroyed) [[unlikely]] {
+      polling_.value.store(false, std::memory_order_release);
+      step.action = Step::kQueueDestroyed;
+      return step;
+    }
     const bool in_progress = pass.busy(fifos_.in_progress());
     if (pass.progressed()) {
       wait.progressed();
@@ -659,6 +687,77 @@ class BasicCompletionQueue {
   std::thread *poller_ = nullptr;
   // The blocks of completion-signal slots, one per thread with a channel (signal_slots.h).
   detail::SignalSlotPool signal_slots_;
+};
+
+}  // namespace detail
+
+template <CompletionBackend Backend>
+class BasicCompletionQueue {
+  using core_type = detail::CompletionQueueCore<Backend>;
+
+ public:
+  using backend_type = Backend;
+  using stream_type = typename Backend::stream_type;
+  using status_type = typename Backend::status_type;
+  using completion = BasicCompletion<Backend>;
+
+  /// Starts the poller thread for kOwnThread. Throws std::invalid_argument for options out of
+  /// range (naming the value), std::system_error if the thread cannot start, std::bad_alloc.
+  explicit BasicCompletionQueue(Backend backend = Backend(), CompletionQueueOptions options = {})
+      : core_(new core_type(std::move(backend), options)) {}
+
+  BasicCompletionQueue(const BasicCompletionQueue &) = delete;
+  BasicCompletionQueue &operator=(const BasicCompletionQueue &) = delete;
+
+  /// Waits until every request made so far is done, running their callbacks (and those of the
+  /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
+  /// may run concurrently, or begin after; handles may outlive the queue.
+  /// Called from one of the queue's own callbacks (or a poll() under one), it cannot wait for the
+  /// pass that runs it: it returns at once, and that pass finishes the destruction when it is
+  /// over, as this would have (every request waited for, every callback run): on the poller
+  /// thread, which then ends, or inside the poll() that ran the callback, which returns only
+  /// then. The callbacks that run after it returned must not use the queue.
+  ~BasicCompletionQueue() { core_->close(); }
+
+  /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
+  /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
+  /// or an error (a sticky device error included), also one that kept the request from being
+  /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
+  /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
+  /// request, of its channel). Throws, keeping `callback` untouched and taking no event:
+  /// - std::invalid_argument if `callback` converts to false (a null function pointer, an empty
+  ///   std::function or std::move_only_function: there is nothing to call);
+  /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
+  /// - std::bad_alloc.
+  template <class F>
+  requires std::invocable < std::decay_t<F>
+  &, const status_type & > completion notify(stream_type stream, F &&callback) {
+    return core_->notify(stream, std::forward<F>(callback));
+  }
+
+  /// As above, without a callback: only the handle tells.
+  completion notify(stream_type stream) { return core_->notify(stream); }
+
+  /// One polling pass: takes new requests, queries the oldest of each stream, runs the callbacks
+  /// of those done. Returns how many requests it finished. For kCaller queues; on a kOwnThread
+  /// queue it polls alongside the poller thread. Thread-safe: one thread polls at a time, and a
+  /// call that finds another polling returns 0 at once (so does a callback that calls it).
+  /// Non-blocking but for the backend's queries and the callbacks, and for a pass whose callback
+  /// destroyed the queue: the call then finishes the destruction (see the destructor), and counts
+  /// what that finished too. Never throws.
+  std::size_t poll() noexcept { return core_->poll(); }
+
+  /// Thread-safe, wait-free; the counts are read with relaxed loads (see CompletionQueueStats).
+  CompletionQueueStats stats() const noexcept { return core_->stats(); }
+
+  /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
+  std::chrono::nanoseconds poller_cpu_time() const noexcept { return core_->poller_cpu_time(); }
+
+  const CompletionQueueOptions &options() const noexcept { return core_->options(); }
+  Backend &backend() noexcept { return core_->backend(); }
+
+ private:
+  core_type *const core_;
 };
 
 }  // namespace evpool
