@@ -40,10 +40,13 @@
 // more), the request is done, with kSuccess, and catching up works as before (the newest
 // request's word finishes its FIFO). Why the event is still recorded and queried, rarely: a write
 // behind failed work never lands (a fault makes the context's error sticky, and the stream runs
-// nothing more), so a request whose signal has not landed has its event queried once every
-// `signal_query_interval` (1 ms by default): a sticky error reaches its callback within about that
-// time, and a request that waits for long work costs one query a millisecond instead of one a
-// pass. A request without a signal (its thread's 64 slots are all in flight, the shared channel,
+// nothing more), so requests whose signals have not landed have their events queried, one query
+// per device per `signal_query_interval` (1 ms by default; one per pass at 0), whatever the
+// requests pending on it, each request asked in turn (detail/signal_probes.h): a sticky error,
+// which any query of the device reports, reaches its callback within about one interval, and
+// work waited for costs one query a millisecond per device instead of one a pass per stream.
+// Once an event has told an error, each pending request of that device is asked at once, in the
+// same pass, for its own status. A request without a signal (its thread's 64 slots are all in flight, the shared channel,
 // a device or stream that cannot, CompletionSignal::kEventQuery) is queried as before. The
 // memory orders of the write and the read are in completion_backend.h and at the read below.
 //
@@ -108,6 +111,7 @@
 #include "evpool/detail/poller_wait.h"
 #include "evpool/detail/polling_thread.h"
 #include "evpool/detail/request_channel.h"
+#include "evpool/detail/signal_probes.h"
 #include "evpool/detail/signal_slots.h"
 #include "evpool/detail/stream_fifos.h"
 #include "evpool/detail/thread_cpu_time.h"
@@ -138,8 +142,10 @@ struct CompletionQueueOptions {
   /// How the poller hears of completions (see the top). kAuto falls back to the events where no
   /// signal can be made (no driver entry point, a device without 64-bit stream memory operations).
   CompletionSignal signal = CompletionSignal::kEventQuery;
-  /// kAuto: how long a request whose signal has not landed waits between queries of its event
-  /// (the only way it learns of an error; 0: at every read). Between 0 and 1 s.
+  /// kAuto: the time between two event queries on one device for requests whose signals have not
+  /// landed (their only way to learn of an error; 0: one per pass), whatever the requests pending
+  /// on it, and the least time a request's signal is missing before its event may be asked. An
+  /// error heard has each pending request of its device asked once, at once. Between 0 and 1 s.
   std::chrono::nanoseconds signal_query_interval = std::chrono::milliseconds(1);
 };
 
@@ -419,49 +425,49 @@ class CompletionQueueCore {
       channel = next;
     }
     std::int64_t now = 0;  // read once a pass, when a signal is first found missing
-    // Set once an event has told an error this pass: a sticky error fails every request behind it
-    // (none of their signals will land), so from then on a missing signal's event is asked at
-    // once. Waiting out an interval per request, a FIFO of N failed requests heard its error only
-    // after N intervals, one request per interval, since each starts its wait as it reaches the
-    // head.
-    bool error_heard = false;
-    pass.finished = fifos_.finish_completed(
-        [this, &now, &error_heard](request_type &request) noexcept -> std::optional<status_type> {
-          if (request.failed_to_record) return request.status;
-          if (request.signal.word != nullptr) {
-            signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-            // Acquire: the device's write of the value follows the work and a system-scope fence
-            // of the work's writes (completion_backend.h; the host seam's completer stores with
-            // release): the callbacks, which run after this load, see what the work wrote. The
-            // word is never written by the host, so a value this high is the request's own
-            // write, or a later one enqueued after it was finished (signal_slots.h).
-            if (std::atomic_ref<std::uint64_t>(*request.signal.word).load(std::memory_order_acquire) >=
-                request.signal.value)
-              return Backend::kSuccess;
-            // Not landed: pending, or behind failed work, whose write never lands. Only the event
-            // tells which, asked once per interval (see the top).
-            if (now == 0) now = steady_now();
-            if (error_heard) {
-              request.next_event_query = now + options_.signal_query_interval.count();
-            } else if (request.next_event_query == 0) {
-              request.next_event_query = now + options_.signal_query_interval.count();
-              if (options_.signal_query_interval.count() != 0) return std::nullopt;
-            } else if (now < request.next_event_query) {
-              return std::nullopt;
-            } else {
-              request.next_event_query = now + options_.signal_query_interval.count();
-            }
-          }
-          queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-          const std::optional<status_type> status = backend_.query(std::as_const(request.event()));
-          if (status && *status != Backend::kSuccess) error_heard = true;
-          return status;
-        },
-        // A request that was never recorded keeps its own status, also when the FIFO caught up.
-        [this](request_type &request, const status_type &status) noexcept {
-          finish(request, request.failed_to_record ? request.status : status);
-        },
-        Backend::kSuccess);
+    // Set when an event tells a device's first error of the pass after some of the device's
+    // requests were passed over: a sticky error fails every request of the device whose signal
+    // has not landed, so the FIFOs are swept again, and those requests asked at once
+    // (signal_probes.h). Waiting out the probe's turn, N failed requests heard their error only
+    // after N intervals.
+    bool sweep_again = false;
+    const auto query = [this, &now, &sweep_again](request_type &request) noexcept -> std::optional<status_type> {
+      if (request.failed_to_record) return request.status;
+      if (request.signal.word != nullptr) {
+        signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        // Acquire: the device's write of the value follows the work and a system-scope fence of
+        // the work's writes (completion_backend.h; the host seam's completer stores with
+        // release): the callbacks, which run after this load, see what the work wrote. The word
+        // is never written by the host, so a value this high is the request's own write, or a
+        // later one enqueued after it was finished (signal_slots.h).
+        if (std::atomic_ref<std::uint64_t>(*request.signal.word).load(std::memory_order_acquire) >=
+            request.signal.value)
+          return Backend::kSuccess;
+        // Not landed: pending, or behind failed work, whose write never lands. Only an event
+        // tells which: one query per device per interval, whatever the requests pending on it
+        // (see the top, and signal_probes.h).
+        if (now == 0) now = steady_now();
+        if (!probes_.may_query(request.device(), request.probe, now, options_.signal_query_interval.count()))
+          return std::nullopt;
+      }
+      queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      const std::optional<status_type> status = backend_.query(std::as_const(request.event()));
+      if (!status) {
+        if (request.signal.word != nullptr) probes_.told_pending(request.probe);
+      } else if (*status != Backend::kSuccess && probes_.error_heard(request.device())) {
+        sweep_again = true;
+      }
+      return status;
+    };
+    // A request that was never recorded keeps its own status, also when the FIFO caught up.
+    const auto finish_one = [this](request_type &request, const status_type &status) noexcept {
+      finish(request, request.failed_to_record ? request.status : status);
+    };
+    pass.finished = fifos_.finish_completed(query, finish_one, Backend::kSuccess);
+    // At most once per device: error_heard() says so only for a device's first error of the pass.
+    while (std::exchange(sweep_again, false))
+      pass.finished += fifos_.finish_completed(query, finish_one, Backend::kSuccess);
+    probes_.end_pass();
     pass.queue_destroyed = polling_here.queue_destroyed();
     return pass;
   }
@@ -484,6 +490,7 @@ class CompletionQueueCore {
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
+        probes_.make_room_for(pending->device());
         fifos_.append(channel, *pending, /*in_channel_order=*/&channel != shared_channel_);
         pass.took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -674,6 +681,7 @@ class CompletionQueueCore {
   // The poller's: one thread at a time holds `polling_`, which orders them.
   detail::CacheLinePadded<std::atomic<bool>> polling_{false};
   detail::StreamFifos<request_type, channel_type> fifos_;
+  detail::SignalProbes probes_;
   std::atomic<std::uint64_t> completions_{0};
   std::atomic<std::uint64_t> queries_{0};
   std::atomic<std::uint64_t> signal_reads_{0};

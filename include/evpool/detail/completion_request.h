@@ -37,6 +37,7 @@
 
 #include "evpool/completion_backend.h"
 #include "evpool/detail/backoff.h"
+#include "evpool/detail/signal_probes.h"
 #include "evpool/detail/signal_slots.h"
 
 namespace evpool::detail {
@@ -115,9 +116,9 @@ class CompletionRequest {
   SignalSlot signal;
   SignalSlots *signal_block = nullptr;
   unsigned signal_slot = 0;
-  /// Poller-private: when (steady clock, ns) to query the event of a request whose signal has not
-  /// landed; 0 until its first read that found the signal missing.
-  std::int64_t next_event_query = 0;
+  /// Poller-private: when the event of a request whose signal has not landed may be queried
+  /// (signal_probes.h).
+  ProbeMarks probe;
   /// What the callback threw, if it threw.
   std::exception_ptr callback_exception;
   /// The channel's link, then the stream FIFO's (see the top).
