@@ -407,7 +407,8 @@ TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillR
 class WaitsWhenDestroyed {
  public:
   explicit WaitsWhenDestroyed(const Completion &request) noexcept : request_(&request) {}
-  WaitsWhenDestroyed(WaitsWhenDestroyed &&other) noexcept : request_(std::exchange(other.request_, nullptr)) {}
+  WaitsWhenDestroyed(WaitsWhenDestroyed &&other) noexcept
+      : request_(std::exchange(other.request_, nullptr)) {}
   WaitsWhenDestroyed &operator=(WaitsWhenDestroyed &&) = delete;
   ~WaitsWhenDestroyed() noexcept(false) {
     if (request_ != nullptr) request_->wait();
@@ -441,12 +442,10 @@ TEST_F(CompletionQueueTest, ACaptureWhoseDestructorThrowsIsKeptInItsHandleLikeAC
     Queue queue(backend_, {.polling = polling, .signal = CompletionSignal::kEventQuery});
     const Completion unfinished = queue.notify(&pending);
     int calls = 0;
-    Completion throws_when_destroyed = queue.notify(&done, [&calls, capture = WaitsWhenDestroyed(unfinished)](int) {
-      ++calls;
-    });
-    Completion throws_twice = queue.notify(&done, [capture = WaitsWhenDestroyed(unfinished)](int) {
-      throw std::runtime_error("the call's own");
-    });
+    Completion throws_when_destroyed =
+        queue.notify(&done, [&calls, capture = WaitsWhenDestroyed(unfinished)](int) { ++calls; });
+    Completion throws_twice = queue.notify(
+        &done, [capture = WaitsWhenDestroyed(unfinished)](int) { throw std::runtime_error("the call's own"); });
     Completion after = queue.notify(&done, [&calls](int) { ++calls; });
     if (polling == CompletionPolling::kCaller) {
       EXPECT_EQ(queue.poll(), 3u);
@@ -455,7 +454,8 @@ TEST_F(CompletionQueueTest, ACaptureWhoseDestructorThrowsIsKeptInItsHandleLikeAC
     EXPECT_EQ(calls, 2);
     ASSERT_TRUE(throws_when_destroyed.ready());
     EXPECT_EQ(throws_when_destroyed.status(), HostCompletionBackend::kSuccess);
-    expect_logic_error(throws_when_destroyed.callback_exception(), "inside a polling pass of the request's own queue");
+    expect_logic_error(throws_when_destroyed.callback_exception(),
+                       "inside a polling pass of the request's own queue");
     ASSERT_TRUE(throws_twice.ready());
     EXPECT_THROW(std::rethrow_exception(throws_twice.callback_exception()), std::runtime_error);
     EXPECT_EQ(after.callback_exception(), nullptr);

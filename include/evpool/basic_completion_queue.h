@@ -299,8 +299,8 @@ class CompletionQueueCore {
  private:
   struct Pass {
     std::size_t finished = 0;
-    bool took = false;           // filed new requests
-    bool left_unplaced = false;  // some stay unfiled for want of memory: still work to do
+    bool took = false;             // filed new requests
+    bool left_unplaced = false;    // some stay unfiled for want of memory: still work to do
     bool queue_destroyed = false;  // one of its callbacks destroyed the queue (close())
     bool progressed() const noexcept { return finished != 0 || took; }
     // Work in progress after the pass (only the pass changes what is filed or unplaced).
@@ -526,7 +526,8 @@ class CompletionQueueCore {
     request.status = status;
     request.callback_exception = request.run_callback();
     if (request.callback_exception != nullptr)
-      callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1,
+                                 std::memory_order_relaxed);
     backend_.give_back(std::move(request.event()), request.device());
     // After the last read of the slot's word: the requester that takes it next enqueues a new
     // write (signal_slots.h).

@@ -378,7 +378,8 @@ class HostCompletionBackend {
     const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t completed = work.completed();
     // A faulted device's work is over: it never completes, and its requests are rightly finished.
-    if (number == 0 || completed >= number || fault_of(slot.device.load(std::memory_order_relaxed)) != 0) return;
+    if (number == 0 || completed >= number || fault_of(slot.device.load(std::memory_order_relaxed)) != 0)
+      return;
     // Relaxed: a count; the first one's details are read after the poller is joined.
     if (state_->early.fetch_add(1, std::memory_order_relaxed) != 0) return;
     state_->early_number = number;
