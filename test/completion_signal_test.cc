@@ -196,9 +196,12 @@ TEST_F(CompletionSignalTest, PendingSignalsCostOneEventQueryPerDeviceAndPassWhat
     queue.poll();
     ++passes;
   }
-  ASSERT_TRUE(requests[failing].ready()) << "the failed stream's request was never asked";
+  // Not ASSERT: the queue's destructor would wait for the other streams' work.
+  EXPECT_TRUE(requests[failing].ready()) << "the failed stream's request was never asked";
   EXPECT_LE(passes, 2 * (kPendingStreams + 1));
-  EXPECT_EQ(requests[failing].status(), 700);
+  if (requests[failing].ready()) {
+    EXPECT_EQ(requests[failing].status(), 700);
+  }
   // The error, once heard, has every pending request of the device asked once, in that pass: its
   // own status, had the error been the device's.
   EXPECT_LE(queue.stats().queries - pending.queries, static_cast<std::uint64_t>(passes + kPendingStreams))
@@ -224,8 +227,10 @@ TEST_F(CompletionSignalTest, ADeviceFaultHeardByOneQueryReachesEveryPendingReque
   backend_.fault_device(0, 700);
   EXPECT_EQ(queue.poll(), static_cast<std::size_t>(kPendingStreams));
   for (const Completion &request : requests) {
-    ASSERT_TRUE(request.ready());
-    EXPECT_EQ(request.status(), 700);
+    EXPECT_TRUE(request.ready());  // not ASSERT: the destructor would wait for `healthy`'s work
+    if (request.ready()) {
+      EXPECT_EQ(request.status(), 700);
+    }
   }
   EXPECT_FALSE(on_healthy.ready());
   healthy.complete_all();
