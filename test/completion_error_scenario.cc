@@ -5,17 +5,23 @@
 // the faulting stream's request, whose signal never lands, hears its error through the event,
 // queried once the signal has not landed for signal_query_interval (the "queue:" line prints the
 // counts).
-// On device 0, with two streams made beforehand: the fault kernel (support/ptx_kernels.h) runs on
-// the first, a completion is asked for on it and waited for; then one is asked for on the second
-// stream, which had no work, and waited for. The queue is then destroyed, and the callbacks' counts
-// and statuses printed, a line each, "faulting stream: " then "other stream, later: ", as in
+// On device 0, with three streams made beforehand: a spin of 10 s runs on the third, and a
+// completion is asked for on it; the fault kernel (support/ptx_kernels.h) runs on the first, a
+// completion is asked for on it and waited for; then the spinning stream's; then one is asked for
+// on the second stream, which had no work, and waited for. The spinning stream's request is
+// pending when the fault ends the context's work: its signal never lands, and with signals it
+// hears the error only through the device's one query per interval, whichever request's event
+// that asks (detail/signal_probes.h). The queue is then destroyed, and the callbacks' counts and
+// statuses printed, a line each, "faulting stream: ", "spinning stream, at the fault: " then
+// "other stream, later: ", as in
 //  faulting stream: callbacks 1, status 719 cudaErrorLaunchFailure (handle: cudaErrorLaunchFailure)
-// Exit status: 0 if both callbacks ran exactly once, each with an error (not cudaSuccess) that
+// Exit status: 0 if the three callbacks ran exactly once, each with an error (not cudaSuccess) that
 // its handle reports too; 1 otherwise; 2 for a bad argument; 3 if the kernels could not be loaded
 // or launched; 77 without a GPU (the reason on stderr).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -59,31 +65,38 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", kernels.why().c_str());
     return 3;
   }
-  cudaStream_t faulting = nullptr, other = nullptr;
+  cudaStream_t faulting = nullptr, other = nullptr, spinning = nullptr;
   if (cudaStreamCreateWithFlags(&faulting, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess) {
+      cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&spinning, cudaStreamNonBlocking) != cudaSuccess) {
     std::fprintf(stderr, "cudaStreamCreateWithFlags failed\n");
     return 3;
   }
 
-  Seen first, second;
-  cudaError_t first_handle = cudaSuccess, second_handle = cudaSuccess;
+  Seen first, second, at_fault;
+  cudaError_t first_handle = cudaSuccess, second_handle = cudaSuccess, at_fault_handle = cudaSuccess;
   evpool::CUDAEventPool pool;
   {
     std::optional<evpool::CompletionQueue> queue;
     queue.emplace(evpool::CUDACompletionBackend(pool), evpool::CompletionQueueOptions{.signal = signal});
-    if (const cudaError_t launched = kernels.fault(faulting); launched != cudaSuccess) {
-      std::fprintf(stderr, "launching the fault kernel: %s\n", cudaGetErrorName(launched));
-      return 3;
-    }
     const auto callback = [](Seen &seen) {
       return [&seen](cudaError_t status) {
         seen.status = status;
         ++seen.callbacks;
       };
     };
+    if (const cudaError_t launched = kernels.spin(spinning, std::chrono::seconds(10)); launched != cudaSuccess) {
+      std::fprintf(stderr, "launching the spin kernel: %s\n", cudaGetErrorName(launched));
+      return 3;
+    }
+    evpool::Completion on_spinning = queue->notify(spinning, callback(at_fault));
+    if (const cudaError_t launched = kernels.fault(faulting); launched != cudaSuccess) {
+      std::fprintf(stderr, "launching the fault kernel: %s\n", cudaGetErrorName(launched));
+      return 3;
+    }
     evpool::Completion on_faulting = queue->notify(faulting, callback(first));
     first_handle = on_faulting.wait();
+    at_fault_handle = on_spinning.wait();
     evpool::Completion on_other = queue->notify(other, callback(second));
     second_handle = on_other.wait();
     const evpool::CompletionQueueStats stats = queue->stats();
@@ -94,9 +107,11 @@ int main(int argc, char **argv) {
     queue.reset();  // nothing pending: a callback run twice would show now
   }
   const bool first_ok = report("faulting stream", first, first_handle);
+  const bool at_fault_ok = report("spinning stream, at the fault", at_fault, at_fault_handle);
   const bool second_ok = report("other stream, later", second, second_handle);
   std::fflush(stdout);
   (void)cudaStreamDestroy(faulting);  // fail after the error: ignored
   (void)cudaStreamDestroy(other);
-  return first_ok && second_ok ? 0 : 1;
+  (void)cudaStreamDestroy(spinning);
+  return first_ok && at_fault_ok && second_ok ? 0 : 1;
 }

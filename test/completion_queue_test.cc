@@ -401,6 +401,70 @@ TEST_F(CompletionQueueTest, AThrowingCallbackIsKeptInItsHandleAndTheOthersStillR
   EXPECT_EQ(queue.stats().callback_exceptions, 1u);
 }
 
+// A capture whose destructor may throw (noexcept(false)): it waits for a request, and a wait for
+// an unfinished request of the queue whose pass destroys the capture throws std::logic_error.
+// Moved from, it waits for nothing.
+class WaitsWhenDestroyed {
+ public:
+  explicit WaitsWhenDestroyed(const Completion &request) noexcept : request_(&request) {}
+  WaitsWhenDestroyed(WaitsWhenDestroyed &&other) noexcept
+      : request_(std::exchange(other.request_, nullptr)) {}
+  WaitsWhenDestroyed &operator=(WaitsWhenDestroyed &&) = delete;
+  ~WaitsWhenDestroyed() noexcept(false) {
+    if (request_ != nullptr) request_->wait();
+  }
+
+ private:
+  const Completion *request_;
+};
+
+void expect_logic_error(const std::exception_ptr &thrown, const std::string &what) {
+  ASSERT_NE(thrown, nullptr) << "nothing was thrown";
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const std::logic_error &error) {
+    EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
+  } catch (...) {
+    ADD_FAILURE() << "not a std::logic_error";
+  }
+}
+
+// The captures are destroyed on the polling thread once the callback ran. One whose destructor
+// throws used to end the process (std::terminate: it was destroyed in a noexcept destructor);
+// its exception now reaches the handle as a callback's does, and the queue goes on. If the call
+// threw too, the call's exception is kept. Both modes: the poller thread and the caller's poll().
+TEST_F(CompletionQueueTest, ACaptureWhoseDestructorThrowsIsKeptInItsHandleLikeACallbacksException) {
+  for (const CompletionPolling polling : {CompletionPolling::kCaller, CompletionPolling::kOwnThread}) {
+    SCOPED_TRACE(polling == CompletionPolling::kCaller ? "kCaller" : "kOwnThread");
+    HostWorkStream pending, done;
+    done.complete_through(UINT64_MAX);
+    const std::uint64_t given_back_before = backend_.given_back();
+    Queue queue(backend_, {.polling = polling, .signal = CompletionSignal::kEventQuery});
+    const Completion unfinished = queue.notify(&pending);
+    int calls = 0;
+    Completion throws_when_destroyed =
+        queue.notify(&done, [&calls, capture = WaitsWhenDestroyed(unfinished)](int) { ++calls; });
+    Completion throws_twice = queue.notify(
+        &done, [capture = WaitsWhenDestroyed(unfinished)](int) { throw std::runtime_error("the call's own"); });
+    Completion after = queue.notify(&done, [&calls](int) { ++calls; });
+    if (polling == CompletionPolling::kCaller) {
+      EXPECT_EQ(queue.poll(), 3u);
+    }
+    EXPECT_EQ(after.wait(), HostCompletionBackend::kSuccess);
+    EXPECT_EQ(calls, 2);
+    ASSERT_TRUE(throws_when_destroyed.ready());
+    EXPECT_EQ(throws_when_destroyed.status(), HostCompletionBackend::kSuccess);
+    expect_logic_error(throws_when_destroyed.callback_exception(),
+                       "inside a polling pass of the request's own queue");
+    ASSERT_TRUE(throws_twice.ready());
+    EXPECT_THROW(std::rethrow_exception(throws_twice.callback_exception()), std::runtime_error);
+    EXPECT_EQ(after.callback_exception(), nullptr);
+    EXPECT_EQ(queue.stats().callback_exceptions, 2u) << "one per request, whatever threw";
+    EXPECT_EQ(backend_.given_back() - given_back_before, 3u) << "their events went back";
+    pending.complete_all();
+  }
+}
+
 TEST_F(CompletionQueueTest, ACallbackMayAskForMoreAndMayCallPoll) {
   HostWorkStream stream;
   Queue queue(backend_, kPolledByTest);
@@ -444,6 +508,73 @@ TEST_F(CompletionQueueTest, TheDestructorRunsEveryPendingCallbackIncludingThoseT
   EXPECT_TRUE(first.ready()) << "a handle outlives its queue";
   EXPECT_EQ(first.status(), HostCompletionBackend::kSuccess);
   EXPECT_EQ(backend_.given_back(), 11u);
+}
+
+// A callback that destroys its own queue: the pass that runs it cannot end while the destructor
+// waits for it. kCaller: the destructor's drain waited, for ever, for the `polling_` that the
+// poll() running the callback held. The destructor now returns at once, and that poll() finishes
+// the destruction once its pass is over, as the destructor would have: it waits for every
+// request (here, one that the callback's work completes), runs every callback once, and only
+// then returns, counting them all.
+TEST_F(CompletionQueueTest, ACallbackThatDestroysItsQueueLeavesTheDestructionToThePollThatRanIt) {
+  HostWorkStream done, later;
+  done.complete_through(UINT64_MAX);
+  auto queue = std::make_unique<Queue>(backend_, kPolledByTest);
+  std::vector<std::string> ran;
+  Completion pending = queue->notify(&later, [&](int) { ran.push_back("pending"); });
+  Completion before = queue->notify(&done, [&](int) { ran.push_back("before"); });
+  Completion destroys = queue->notify(&done, [&](int) {
+    later.complete_all();
+    queue.reset();
+    ran.push_back("destroys");
+  });
+  Completion after = queue->notify(&done, [&](int) { ran.push_back("after"); });
+  Queue *const polled = queue.get();
+  EXPECT_EQ(polled->poll(), 4u) << "the pass's three, and the one its destruction waited for";
+  EXPECT_EQ(queue, nullptr);
+  EXPECT_EQ(ran, (std::vector<std::string>{"before", "destroys", "after", "pending"}));
+  for (const Completion *request : {&pending, &before, &destroys, &after}) {
+    ASSERT_TRUE(request->ready());
+    EXPECT_EQ(request->status(), HostCompletionBackend::kSuccess);
+  }
+  EXPECT_EQ(backend_.given_back(), 4u);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0);
+}
+
+// The same on the queue's own poller thread, where the destructor joined the thread it ran on
+// (std::system_error in a noexcept function: std::terminate). The poller now finishes the
+// destruction and ends: it still waits for the queue's requests, and frees the queue's core
+// (whose backend holds `token`, whose deleter says so) once they are done.
+TEST_F(CompletionQueueTest, ACallbackThatDestroysItsQueueOnThePollerLeavesTheDestructionToThePoller) {
+  struct TokenBackend : HostCompletionBackend {
+    std::shared_ptr<void> token;
+  };
+  using TokenQueue = BasicCompletionQueue<TokenBackend>;
+  std::atomic<bool> core_freed{false};
+  // Release: the poller's last use of the streams below comes before; the test's acquire load
+  // sees it, before the streams are destroyed.
+  std::shared_ptr<void> token(nullptr, [&](void *) { core_freed.store(true, std::memory_order_release); });
+  HostWorkStream done, later;
+  done.complete_through(UINT64_MAX);
+  auto queue = std::make_unique<TokenQueue>(TokenBackend{backend_, std::move(token)});
+  std::vector<std::string> ran;  // the poller's until the handles are ready
+  std::thread::id destroyed_on;
+  TokenQueue::completion pending = queue->notify(&later, [&](int) { ran.push_back("pending"); });
+  TokenQueue::completion destroys = queue->notify(&done, [&](int) {
+    queue.reset();
+    destroyed_on = std::this_thread::get_id();
+    ran.push_back("destroys");
+  });
+  EXPECT_EQ(destroys.wait(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(queue, nullptr);
+  EXPECT_NE(destroyed_on, std::this_thread::get_id()) << "destroyed on the poller thread";
+  EXPECT_FALSE(pending.ready()) << "its work runs";
+  later.complete_all();
+  EXPECT_EQ(pending.wait(), HostCompletionBackend::kSuccess) << "the poller went on polling";
+  while (!core_freed.load(std::memory_order_acquire)) std::this_thread::yield();
+  EXPECT_EQ(ran, (std::vector<std::string>{"destroys", "pending"}));
+  EXPECT_EQ(backend_.given_back(), 2u);
+  EXPECT_EQ(pool_.stats().total().outstanding, 0);
 }
 
 TEST_F(CompletionQueueTest, ThePollerThreadFinishesRequestsAndWaitWakesUp) {

@@ -2,11 +2,14 @@
 // HostCompletionBackend, whose "GPU" writes a request's word when the test completes its work,
 // and never for work that failed: one read of the newest word finishes a stream's FIFO without a
 // query; pending requests cost reads, not queries, within the query interval; an error still
-// reaches the callback through the rare event query; order, handles given to new streams, the
-// bound of 64 slots per thread and their reuse; and the fallbacks to event queries (no signal
-// memory, a device that cannot, kEventQuery). Polled by the test (kCaller), but for the last test.
+// reaches the callback through the rare event query, bounded per device whatever the streams
+// pending, and a device fault heard there reaches all of the device's requests; order, handles
+// given to new streams, the bound of 64 slots per thread and their reuse; and the fallbacks to
+// event queries (no signal memory, a device that cannot, kEventQuery). Polled by the test
+// (kCaller), but for the last test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -148,6 +151,91 @@ TEST_F(CompletionSignalTest, WithAZeroIntervalAnErrorIsQueriedAtTheFirstMiss) {
   stream.complete_all();
   EXPECT_EQ(queue.poll(), 2u);
   EXPECT_EQ(statuses, (std::vector<int>{700, 700}));
+}
+
+constexpr int kPendingStreams = 512;
+
+// One request on each of `streams`, asked by threads of 64 requests each (a thread's signal slots),
+// which then exit: every request carries a signal.
+std::vector<Completion> ask_from_threads(Queue &queue, std::vector<HostWorkStream> &streams) {
+  constexpr std::size_t kPerThread = 64;
+  std::vector<Completion> requests(streams.size());
+  for (std::size_t first = 0; first < streams.size(); first += kPerThread) {
+    std::thread([&, first] {
+      for (std::size_t i = first; i < std::min(first + kPerThread, streams.size()); ++i)
+        requests[i] = queue.notify(&streams[i]);
+    }).join();
+  }
+  return requests;
+}
+
+// 512 FIFOs pending on one device, none of their signals landed. Each request's event was queried
+// once per interval (at an interval of 0, at every pass): 512 queries a pass, the driver's
+// serialised calls that the signals exist to avoid. Now the device's event queries are one per
+// interval (one per pass at 0), whatever the streams pending, and go to each pending request in
+// turn: work that fails on one stream only, whose signal never lands and whose own event alone
+// says so, is still heard, within one round of the device's requests.
+TEST_F(CompletionSignalTest, PendingSignalsCostOneEventQueryPerDeviceAndPassWhateverTheStreamsPending) {
+  constexpr int kPasses = 100;
+  std::vector<HostWorkStream> streams(kPendingStreams);
+  Queue queue(backend_, signalled_every(0ns));
+  std::vector<Completion> requests = ask_from_threads(queue, streams);
+  for (int pass = 0; pass < kPasses; ++pass) EXPECT_EQ(queue.poll(), 0u);
+  const CompletionQueueStats pending = queue.stats();
+  EXPECT_EQ(pending.signalled, static_cast<std::uint64_t>(kPendingStreams));
+  EXPECT_EQ(pending.queries, backend_.queries());
+  EXPECT_LE(pending.queries, static_cast<std::uint64_t>(kPasses)) << "over " << kPasses << " passes";
+  EXPECT_GE(pending.queries, static_cast<std::uint64_t>(kPasses / 2)) << "the device is asked";
+
+  // Some requests were asked in this round already: the failed one is asked within two.
+  const std::size_t failing = kPendingStreams / 3;
+  streams[failing].fail_from(1, 700);
+  streams[failing].complete_all();
+  int passes = 0;
+  while (!requests[failing].ready() && passes < 4 * kPendingStreams) {
+    queue.poll();
+    ++passes;
+  }
+  // Not ASSERT: the queue's destructor would wait for the other streams' work.
+  EXPECT_TRUE(requests[failing].ready()) << "the failed stream's request was never asked";
+  EXPECT_LE(passes, 2 * (kPendingStreams + 1));
+  if (requests[failing].ready()) {
+    EXPECT_EQ(requests[failing].status(), 700);
+  }
+  // The error, once heard, has every pending request of the device asked once, in that pass: its
+  // own status, had the error been the device's.
+  EXPECT_LE(queue.stats().queries - pending.queries, static_cast<std::uint64_t>(passes + kPendingStreams))
+      << "over " << passes << " passes";
+  EXPECT_EQ(queue.stats().completions, 1u) << "the others' work runs";
+  for (HostWorkStream &stream : streams) stream.complete_all();
+  EXPECT_EQ(queue.poll(), static_cast<std::size_t>(kPendingStreams - 1));
+  for (const Completion &request : requests) EXPECT_TRUE(request.ready());
+}
+
+// A device fault (CUDA's sticky error) is heard by the device's one query of the pass, whichever
+// request it asks, and then reaches every pending request of the device in that same pass: the
+// queue sweeps its FIFOs again, asking each of them at once. Another device's request still waits
+// for its own work.
+TEST_F(CompletionSignalTest, ADeviceFaultHeardByOneQueryReachesEveryPendingRequestOfTheDeviceInThatPass) {
+  std::vector<HostWorkStream> streams(kPendingStreams);  // device 0
+  HostWorkStream healthy(1);
+  Queue queue(backend_, signalled_every(0ns));
+  std::vector<Completion> requests = ask_from_threads(queue, streams);
+  Completion on_healthy = queue.notify(&healthy);
+  EXPECT_EQ(queue.poll(), 0u);
+  EXPECT_EQ(queue.stats().signalled, static_cast<std::uint64_t>(kPendingStreams + 1));
+  backend_.fault_device(0, 700);
+  EXPECT_EQ(queue.poll(), static_cast<std::size_t>(kPendingStreams));
+  for (const Completion &request : requests) {
+    EXPECT_TRUE(request.ready());  // not ASSERT: the destructor would wait for `healthy`'s work
+    if (request.ready()) {
+      EXPECT_EQ(request.status(), 700);
+    }
+  }
+  EXPECT_FALSE(on_healthy.ready());
+  healthy.complete_all();
+  EXPECT_EQ(queue.poll(), 1u);
+  EXPECT_EQ(on_healthy.status(), HostCompletionBackend::kSuccess);
 }
 
 TEST_F(CompletionSignalTest, AHandleGivenToANewStreamDoesNotFinishTheOldStreamsRequests) {

@@ -596,8 +596,8 @@ TEST_F(CompletionQueueOnGpu, RequestsOnZeroThenOnCudaStreamLegacyCompleteInTheir
 }
 
 // The sticky error, in a process of its own (the error ends every CUDA call in the process):
-// evpool_completion_error_scenario runs the fault kernel, asks on its stream and, later, on
-// another; both callbacks must get an error, once each (the scenario exits 0 if so, 77 without a
+// evpool_completion_error_scenario runs the fault kernel, asks on its stream, on one whose long
+// kernel the fault ends and, later, on another; the three callbacks must get an error, once each (the scenario exits 0 if so, 77 without a
 // GPU). Its output says which errors.
 struct ChildOutcome {
   bool hung = false;
@@ -651,6 +651,8 @@ TEST(CompletionQueueStickyError, ReachesTheCallbackOfItsStreamAndOfALaterRequest
     EXPECT_FALSE(outcome.hung) << "the scenario did not exit within 60 s:\n" << outcome.output;
     EXPECT_EQ(outcome.status, 0) << outcome.output;
     EXPECT_NE(outcome.output.find("faulting stream: callbacks 1, status "), std::string::npos) << outcome.output;
+    EXPECT_NE(outcome.output.find("spinning stream, at the fault: callbacks 1, status "), std::string::npos)
+        << outcome.output;
     EXPECT_NE(outcome.output.find("other stream, later: callbacks 1, status "), std::string::npos)
         << outcome.output;
     EXPECT_EQ(outcome.output.find("cudaSuccess"), std::string::npos) << outcome.output;

@@ -40,10 +40,13 @@
 // more), the request is done, with kSuccess, and catching up works as before (the newest
 // request's word finishes its FIFO). Why the event is still recorded and queried, rarely: a write
 // behind failed work never lands (a fault makes the context's error sticky, and the stream runs
-// nothing more), so a request whose signal has not landed has its event queried once every
-// `signal_query_interval` (1 ms by default): a sticky error reaches its callback within about that
-// time, and a request that waits for long work costs one query a millisecond instead of one a
-// pass. A request without a signal (its thread's 64 slots are all in flight, the shared channel,
+// nothing more), so requests whose signals have not landed have their events queried, one query
+// per device per `signal_query_interval` (1 ms by default; one per pass at 0), whatever the
+// requests pending on it, each request asked in turn (detail/signal_probes.h): a sticky error,
+// which any query of the device reports, reaches its callback within about one interval, and
+// work waited for costs one query a millisecond per device instead of one a pass per stream.
+// Once an event has told an error, each pending request of that device is asked at once, in the
+// same pass, for its own status. A request without a signal (its thread's 64 slots are all in flight, the shared channel,
 // a device or stream that cannot, CompletionSignal::kEventQuery) is queried as before. The
 // memory orders of the write and the read are in completion_backend.h and at the read below.
 //
@@ -64,7 +67,9 @@
 // What happens at the edges:
 // - A callback that throws: the exception is caught and kept in the request's handle
 //   (callback_exception()); the event still goes back to its pool, the request is still done,
-//   and the other callbacks run as usual. poll() never throws.
+//   and the other callbacks run as usual. poll() never throws. So does a callback whose captures'
+//   destruction throws (a capture with a noexcept(false) destructor, which the poller destroys
+//   right after the call, outside any noexcept destructor: detail/completion_request.h).
 // - Destroying the queue with requests in progress: the destructor waits for them, and runs their
 //   callbacks, including requests that those callbacks make. Nothing is dropped. (A request whose
 //   work never ends keeps the destructor waiting: as cudaStreamSynchronize would.)
@@ -106,6 +111,7 @@
 #include "evpool/detail/poller_wait.h"
 #include "evpool/detail/polling_thread.h"
 #include "evpool/detail/request_channel.h"
+#include "evpool/detail/signal_probes.h"
 #include "evpool/detail/signal_slots.h"
 #include "evpool/detail/stream_fifos.h"
 #include "evpool/detail/thread_cpu_time.h"
@@ -136,8 +142,10 @@ struct CompletionQueueOptions {
   /// How the poller hears of completions (see the top). kAuto falls back to the events where no
   /// signal can be made (no driver entry point, a device without 64-bit stream memory operations).
   CompletionSignal signal = CompletionSignal::kEventQuery;
-  /// kAuto: how long a request whose signal has not landed waits between queries of its event
-  /// (the only way it learns of an error; 0: at every read). Between 0 and 1 s.
+  /// kAuto: the time between two event queries on one device for requests whose signals have not
+  /// landed (their only way to learn of an error; 0: one per pass), whatever the requests pending
+  /// on it, and the least time a request's signal is missing before its event may be asked. An
+  /// error heard has each pending request of its device asked once, at once. Between 0 and 1 s.
   std::chrono::nanoseconds signal_query_interval = std::chrono::milliseconds(1);
 };
 
@@ -150,23 +158,25 @@ struct CompletionQueueStats {
   std::uint64_t signalled = 0;            ///< requests taken by the poller that carry a signal
   std::uint64_t passes = 0;               ///< polling passes
   std::uint64_t sleeps = 0;               ///< times the queue's poller thread went to sleep
-  std::uint64_t callback_exceptions = 0;  ///< callbacks that threw
+  std::uint64_t callback_exceptions = 0;  ///< callbacks that threw, or whose captures' destruction threw
 };
 
+namespace detail {
+
+// Everything a BasicCompletionQueue and its passes use, on the heap: a queue destroyed by one of
+// its own callbacks hands it to the pass that ran the callback, which finishes the destruction
+// once it is over (see the top). The public functions are BasicCompletionQueue's, documented there.
 template <CompletionBackend Backend>
-class BasicCompletionQueue {
+class CompletionQueueCore {
   using request_type = detail::CompletionRequest<Backend>;
   using channel_type = detail::RequestChannel<request_type>;
 
  public:
-  using backend_type = Backend;
   using stream_type = typename Backend::stream_type;
   using status_type = typename Backend::status_type;
   using completion = BasicCompletion<Backend>;
 
-  /// Starts the poller thread for kOwnThread. Throws std::invalid_argument for options out of
-  /// range (naming the value), std::system_error if the thread cannot start.
-  explicit BasicCompletionQueue(Backend backend = Backend(), CompletionQueueOptions options = {})
+  CompletionQueueCore(Backend backend, const CompletionQueueOptions &options)
       : backend_(std::move(backend)), options_(validated(options)) {
     if (options_.polling != CompletionPolling::kOwnThread) return;
     try {
@@ -177,14 +187,26 @@ class BasicCompletionQueue {
     }
   }
 
-  BasicCompletionQueue(const BasicCompletionQueue &) = delete;
-  BasicCompletionQueue &operator=(const BasicCompletionQueue &) = delete;
+  CompletionQueueCore(const CompletionQueueCore &) = delete;
+  CompletionQueueCore &operator=(const CompletionQueueCore &) = delete;
 
-  /// Waits until every request made so far is done, running their callbacks (and those of the
-  /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
-  /// may run concurrently, or begin after; handles may outlive the queue.
-  ~BasicCompletionQueue() {
-    destroy();
+  // The queue's destructor. Outside the queue's passes: waits for every request, then frees the
+  // core. Inside one (a callback of the queue, or a poll() under one, destroys it): that pass
+  // cannot end while this waits for it (the poller would join itself; a caller's drain would
+  // wait for the `polling_` its own pass holds, for ever), and it goes on using the core after
+  // the callback returns. So the pass's frame is marked (detail/polling_thread.h), and the pass
+  // finishes the destruction once it is over: poll() before it returns, the poller thread
+  // before it ends (run_poller). Nothing is shared with another thread here: the mark is on the
+  // calling thread's own stack, read by the same thread.
+  void close() noexcept {
+    if (detail::hand_destruction_to_pass(id_)) return;
+    finish_destruction();
+  }
+
+ private:
+  static constexpr bool kCanSignal = CompletionSignalBackend<Backend>;
+
+  ~CompletionQueueCore() {
     // Last: every request is finished, so no slot is in use (the blocks of channels still held by
     // their threads are never touched again).
     if constexpr (kCanSignal)
@@ -193,10 +215,15 @@ class BasicCompletionQueue {
       });
   }
 
- private:
-  static constexpr bool kCanSignal = CompletionSignalBackend<Backend>;
+  // Waits for every request, stops the poller (joined, unless this thread is the poller, which
+  // has detached itself) and frees the core. Returns how many requests it finished.
+  std::size_t finish_destruction() noexcept {
+    const std::size_t finished = destroy();
+    delete this;
+    return finished;
+  }
 
-  void destroy() noexcept {
+  std::size_t destroy() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
       forget_in_fork_child();
     if (poller_ != nullptr) {
@@ -207,26 +234,18 @@ class BasicCompletionQueue {
       poller_->join();
       delete poller_;
     }
-    drain();  // kCaller, or a child whose poller could not start
+    // kCaller, a child whose poller could not start, or the poller itself, finishing a destruction.
+    const std::size_t finished = drain();
     for (channel_type *channel = channels_.load(std::memory_order_acquire); channel != nullptr;) {
       channel_type *next = channel->next_channel;
       channel->let_go(channel_type::kQueue);
       channel = next;
     }
     shared_channel_->let_go(channel_type::kQueue);
+    return finished;
   }
 
  public:
-  /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
-  /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
-  /// or an error (a sticky device error included), also one that kept the request from being
-  /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
-  /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
-  /// request, of its channel). Throws, keeping `callback` untouched and taking no event:
-  /// - std::invalid_argument if `callback` converts to false (a null function pointer, an empty
-  ///   std::function or std::move_only_function: there is nothing to call);
-  /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
-  /// - std::bad_alloc.
   template <class F>
   requires std::invocable < std::decay_t<F>
   &, const status_type & > completion notify(stream_type stream, F &&callback) {
@@ -239,17 +258,11 @@ class BasicCompletionQueue {
     return submit(new detail::CallbackRequest<Backend, std::decay_t<F>>(stream, std::forward<F>(callback)));
   }
 
-  /// As above, without a callback: only the handle tells.
   completion notify(stream_type stream) {
     backend_.check_stream(stream);
     return submit(new detail::SilentRequest<Backend>(stream));
   }
 
-  /// One polling pass: takes new requests, queries the oldest of each stream, runs the callbacks
-  /// of those done. Returns how many requests it finished. For kCaller queues; on a kOwnThread
-  /// queue it polls alongside the poller thread. Thread-safe: one thread polls at a time, and a
-  /// call that finds another polling returns 0 at once (so does a callback that calls it).
-  /// Non-blocking but for the backend's queries and the callbacks. Never throws.
   std::size_t poll() noexcept {
     if (fork_guard_.stale()) [[unlikely]]
       forget_in_fork_child();
@@ -257,10 +270,12 @@ class BasicCompletionQueue {
     if (polling_.value.exchange(true, std::memory_order_acquire)) return 0;
     const Pass pass = poll_once();
     polling_.value.store(false, std::memory_order_release);
+    // A callback destroyed the queue: the rest is this call's, once its pass is over (close()).
+    if (pass.queue_destroyed) [[unlikely]]
+      return pass.finished + finish_destruction();
     return pass.finished;
   }
 
-  /// Thread-safe, wait-free; the counts are read with relaxed loads (see CompletionQueueStats).
   CompletionQueueStats stats() const noexcept {
     CompletionQueueStats stats;
     stats.requests = requests_.load(std::memory_order_relaxed);
@@ -274,7 +289,6 @@ class BasicCompletionQueue {
     return stats;
   }
 
-  /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
   std::chrono::nanoseconds poller_cpu_time() const noexcept {
     return poller_ == nullptr ? std::chrono::nanoseconds(0) : detail::thread_cpu_time(poller_->native_handle());
   }
@@ -285,8 +299,9 @@ class BasicCompletionQueue {
  private:
   struct Pass {
     std::size_t finished = 0;
-    bool took = false;           // filed new requests
-    bool left_unplaced = false;  // some stay unfiled for want of memory: still work to do
+    bool took = false;             // filed new requests
+    bool left_unplaced = false;    // some stay unfiled for want of memory: still work to do
+    bool queue_destroyed = false;  // one of its callbacks destroyed the queue (close())
     bool progressed() const noexcept { return finished != 0 || took; }
     // Work in progress after the pass (only the pass changes what is filed or unplaced).
     bool busy(std::size_t in_progress) const noexcept { return in_progress != 0 || left_unplaced; }
@@ -410,49 +425,50 @@ class BasicCompletionQueue {
       channel = next;
     }
     std::int64_t now = 0;  // read once a pass, when a signal is first found missing
-    // Set once an event has told an error this pass: a sticky error fails every request behind it
-    // (none of their signals will land), so from then on a missing signal's event is asked at
-    // once. Waiting out an interval per request, a FIFO of N failed requests heard its error only
-    // after N intervals, one request per interval, since each starts its wait as it reaches the
-    // head.
-    bool error_heard = false;
-    pass.finished = fifos_.finish_completed(
-        [this, &now, &error_heard](request_type &request) noexcept -> std::optional<status_type> {
-          if (request.failed_to_record) return request.status;
-          if (request.signal.word != nullptr) {
-            signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-            // Acquire: the device's write of the value follows the work and a system-scope fence
-            // of the work's writes (completion_backend.h; the host seam's completer stores with
-            // release): the callbacks, which run after this load, see what the work wrote. The
-            // word is never written by the host, so a value this high is the request's own
-            // write, or a later one enqueued after it was finished (signal_slots.h).
-            if (std::atomic_ref<std::uint64_t>(*request.signal.word).load(std::memory_order_acquire) >=
-                request.signal.value)
-              return Backend::kSuccess;
-            // Not landed: pending, or behind failed work, whose write never lands. Only the event
-            // tells which, asked once per interval (see the top).
-            if (now == 0) now = steady_now();
-            if (error_heard) {
-              request.next_event_query = now + options_.signal_query_interval.count();
-            } else if (request.next_event_query == 0) {
-              request.next_event_query = now + options_.signal_query_interval.count();
-              if (options_.signal_query_interval.count() != 0) return std::nullopt;
-            } else if (now < request.next_event_query) {
-              return std::nullopt;
-            } else {
-              request.next_event_query = now + options_.signal_query_interval.count();
-            }
-          }
-          queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-          const std::optional<status_type> status = backend_.query(std::as_const(request.event()));
-          if (status && *status != Backend::kSuccess) error_heard = true;
-          return status;
-        },
-        // A request that was never recorded keeps its own status, also when the FIFO caught up.
-        [this](request_type &request, const status_type &status) noexcept {
-          finish(request, request.failed_to_record ? request.status : status);
-        },
-        Backend::kSuccess);
+    // Set when an event tells a device's first error of the pass after some of the device's
+    // requests were passed over: a sticky error fails every request of the device whose signal
+    // has not landed, so the FIFOs are swept again, and those requests asked at once
+    // (signal_probes.h). Waiting out the probe's turn, N failed requests heard their error only
+    // after N intervals.
+    bool sweep_again = false;
+    const auto query = [this, &now, &sweep_again](request_type &request) noexcept -> std::optional<status_type> {
+      if (request.failed_to_record) return request.status;
+      if (request.signal.word != nullptr) {
+        signal_reads_.store(signal_reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        // Acquire: the device's write of the value follows the work and a system-scope fence of
+        // the work's writes (completion_backend.h; the host seam's completer stores with
+        // release): the callbacks, which run after this load, see what the work wrote. The word
+        // is never written by the host, so a value this high is the request's own write, or a
+        // later one enqueued after it was finished (signal_slots.h).
+        if (std::atomic_ref<std::uint64_t>(*request.signal.word).load(std::memory_order_acquire) >=
+            request.signal.value)
+          return Backend::kSuccess;
+        // Not landed: pending, or behind failed work, whose write never lands. Only an event
+        // tells which: one query per device per interval, whatever the requests pending on it
+        // (see the top, and signal_probes.h).
+        if (now == 0) now = steady_now();
+        if (!probes_.may_query(request.device(), request.probe, now, options_.signal_query_interval.count()))
+          return std::nullopt;
+      }
+      queries_.store(queries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      const std::optional<status_type> status = backend_.query(std::as_const(request.event()));
+      if (!status) {
+        if (request.signal.word != nullptr) probes_.told_pending(request.probe);
+      } else if (*status != Backend::kSuccess && probes_.error_heard(request.device())) {
+        sweep_again = true;
+      }
+      return status;
+    };
+    // A request that was never recorded keeps its own status, also when the FIFO caught up.
+    const auto finish_one = [this](request_type &request, const status_type &status) noexcept {
+      finish(request, request.failed_to_record ? request.status : status);
+    };
+    pass.finished = fifos_.finish_completed(query, finish_one, Backend::kSuccess);
+    // At most once per device: error_heard() says so only for a device's first error of the pass.
+    while (std::exchange(sweep_again, false))
+      pass.finished += fifos_.finish_completed(query, finish_one, Backend::kSuccess);
+    probes_.end_pass();
+    pass.queue_destroyed = polling_here.queue_destroyed();
     return pass;
   }
 
@@ -474,6 +490,7 @@ class BasicCompletionQueue {
     while (pending != nullptr) {
       request_type *next = pending->next;
       try {
+        probes_.make_room_for(pending->device());
         fifos_.append(channel, *pending, /*in_channel_order=*/&channel != shared_channel_);
         pass.took = true;
         requests_.store(requests_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -507,13 +524,10 @@ class BasicCompletionQueue {
 
   void finish(request_type &request, const status_type &status) noexcept {
     request.status = status;
-    try {
-      request.run_callback();
-    } catch (...) {
-      request.callback_exception = std::current_exception();
+    request.callback_exception = request.run_callback();
+    if (request.callback_exception != nullptr)
       callback_exceptions_.store(callback_exceptions_.load(std::memory_order_relaxed) + 1,
                                  std::memory_order_relaxed);
-    }
     backend_.give_back(std::move(request.event()), request.device());
     // After the last read of the slot's word: the requester that takes it next enqueues a new
     // write (signal_slots.h).
@@ -538,6 +552,15 @@ class BasicCompletionQueue {
     for (;;) {
       const Step step = poll_and_decide(wait, /*announce=*/true);
       if (step.action == Step::kStop) return;
+      if (step.action == Step::kQueueDestroyed) [[unlikely]] {
+        // One of this pass's callbacks destroyed the queue (close()): this thread finishes the
+        // destruction, and no thread is left to join it. `poller_` was written before any request
+        // was made, and this thread saw a request, through its channel's release and acquire.
+        poller_->detach();
+        delete std::exchange(poller_, nullptr);
+        finish_destruction();
+        return;  // the core is gone
+      }
       if (step.action == Step::kSleep) {
         sleeps_.store(sleeps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         doorbell_.value.sleep(step.sleep);
@@ -545,19 +568,24 @@ class BasicCompletionQueue {
     }
   }
 
-  // Polls until nothing is in progress and no channel holds a request (the destructor).
-  void drain() noexcept {
+  // Polls until nothing is in progress and no channel holds a request (the destructor). Returns
+  // how many requests it finished. Its passes never end in kQueueDestroyed: the queue is already
+  // being destroyed, and a second destruction is the caller's error.
+  std::size_t drain() noexcept {
     detail::AdaptiveWait wait(options_.spin_for, options_.max_sleep);
+    std::size_t finished = 0;
     for (;;) {
       const Step step = poll_and_decide(wait, /*announce=*/false);
-      if (step.action == Step::kStop) return;
+      finished += step.finished;
+      if (step.action == Step::kStop) return finished;
       if (step.action == Step::kSleep && step.sleep) std::this_thread::sleep_for(*step.sleep);
     }
   }
 
   struct Step {
-    enum Action { kPollAgain, kSleep, kStop } action = kPollAgain;
+    enum Action { kPollAgain, kSleep, kStop, kQueueDestroyed } action = kPollAgain;
     std::optional<std::chrono::nanoseconds> sleep;  // kSleep: how long; none: until woken
+    std::size_t finished = 0;                       // requests the pass finished
   };
 
   // One pass, and what to do next. Everything that reads the channel list runs under `polling_`:
@@ -572,6 +600,12 @@ class BasicCompletionQueue {
     }
     const Pass pass = poll_once();
     Step step;
+    step.finished = pass.finished;
+    if (pass.queue_destroyed) [[unlikely]] {
+      polling_.value.store(false, std::memory_order_release);
+      step.action = Step::kQueueDestroyed;
+      return step;
+    }
     const bool in_progress = pass.busy(fifos_.in_progress());
     if (pass.progressed()) {
       wait.progressed();
@@ -648,6 +682,7 @@ class BasicCompletionQueue {
   // The poller's: one thread at a time holds `polling_`, which orders them.
   detail::CacheLinePadded<std::atomic<bool>> polling_{false};
   detail::StreamFifos<request_type, channel_type> fifos_;
+  detail::SignalProbes probes_;
   std::atomic<std::uint64_t> completions_{0};
   std::atomic<std::uint64_t> queries_{0};
   std::atomic<std::uint64_t> signal_reads_{0};
@@ -661,6 +696,77 @@ class BasicCompletionQueue {
   std::thread *poller_ = nullptr;
   // The blocks of completion-signal slots, one per thread with a channel (signal_slots.h).
   detail::SignalSlotPool signal_slots_;
+};
+
+}  // namespace detail
+
+template <CompletionBackend Backend>
+class BasicCompletionQueue {
+  using core_type = detail::CompletionQueueCore<Backend>;
+
+ public:
+  using backend_type = Backend;
+  using stream_type = typename Backend::stream_type;
+  using status_type = typename Backend::status_type;
+  using completion = BasicCompletion<Backend>;
+
+  /// Starts the poller thread for kOwnThread. Throws std::invalid_argument for options out of
+  /// range (naming the value), std::system_error if the thread cannot start, std::bad_alloc.
+  explicit BasicCompletionQueue(Backend backend = Backend(), CompletionQueueOptions options = {})
+      : core_(new core_type(std::move(backend), options)) {}
+
+  BasicCompletionQueue(const BasicCompletionQueue &) = delete;
+  BasicCompletionQueue &operator=(const BasicCompletionQueue &) = delete;
+
+  /// Waits until every request made so far is done, running their callbacks (and those of the
+  /// requests they make), then stops the poller. Not thread-safe: no other call on this queue
+  /// may run concurrently, or begin after; handles may outlive the queue.
+  /// Called from one of the queue's own callbacks (or a poll() under one), it cannot wait for the
+  /// pass that runs it: it returns at once, and that pass finishes the destruction when it is
+  /// over, as this would have (every request waited for, every callback run): on the poller
+  /// thread, which then ends, or inside the poll() that ran the callback, which returns only
+  /// then. The callbacks that run after it returned must not use the queue.
+  ~BasicCompletionQueue() { core_->close(); }
+
+  /// Asks for `callback(status)` to run once the work enqueued on `stream` so far is done; returns
+  /// a handle on the request (dropping it is fine). `status` is what the work ended with: kSuccess,
+  /// or an error (a sticky device error included), also one that kept the request from being
+  /// recorded. The callback runs on the polling thread; it may call CUDA, and ask for more.
+  /// Thread-safe; lock-free but for the allocation of the request (and, on a thread's first
+  /// request, of its channel). Throws, keeping `callback` untouched and taking no event:
+  /// - std::invalid_argument if `callback` converts to false (a null function pointer, an empty
+  ///   std::function or std::move_only_function: there is nothing to call);
+  /// - std::invalid_argument if the backend refuses `stream` (CUDA: it is capturing);
+  /// - std::bad_alloc.
+  template <class F>
+  requires std::invocable < std::decay_t<F>
+  &, const status_type & > completion notify(stream_type stream, F &&callback) {
+    return core_->notify(stream, std::forward<F>(callback));
+  }
+
+  /// As above, without a callback: only the handle tells.
+  completion notify(stream_type stream) { return core_->notify(stream); }
+
+  /// One polling pass: takes new requests, queries the oldest of each stream, runs the callbacks
+  /// of those done. Returns how many requests it finished. For kCaller queues; on a kOwnThread
+  /// queue it polls alongside the poller thread. Thread-safe: one thread polls at a time, and a
+  /// call that finds another polling returns 0 at once (so does a callback that calls it).
+  /// Non-blocking but for the backend's queries and the callbacks, and for a pass whose callback
+  /// destroyed the queue: the call then finishes the destruction (see the destructor), and counts
+  /// what that finished too. Never throws.
+  std::size_t poll() noexcept { return core_->poll(); }
+
+  /// Thread-safe, wait-free; the counts are read with relaxed loads (see CompletionQueueStats).
+  CompletionQueueStats stats() const noexcept { return core_->stats(); }
+
+  /// CPU time the queue's poller thread has used; zero for kCaller. Thread-safe.
+  std::chrono::nanoseconds poller_cpu_time() const noexcept { return core_->poller_cpu_time(); }
+
+  const CompletionQueueOptions &options() const noexcept { return core_->options(); }
+  Backend &backend() noexcept { return core_->backend(); }
+
+ private:
+  core_type *const core_;
 };
 
 }  // namespace evpool

@@ -76,8 +76,8 @@ class BasicCompletion {
     return request_->status;
   }
 
-  /// What the callback threw, or null if it returned. Throws std::logic_error for an empty
-  /// handle or one that is not ready().
+  /// What the callback threw or, if it returned, what destroying its captures threw; null if
+  /// neither threw. Throws std::logic_error for an empty handle or one that is not ready().
   std::exception_ptr callback_exception() const {
     require_done("callback_exception");
     return request_->callback_exception;

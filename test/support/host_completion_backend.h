@@ -3,8 +3,10 @@
 // A HostWorkStream stands for a CUDA stream handle, and a HostWork for the stream it names: each
 // record() enqueues one piece of work on it, numbered 1, 2, 3, ... in the order of the records;
 // the test completes the work through any number (complete_through), in order, as a GPU would,
-// and may make the work from some number on end with an error (fail_from), as a sticky error ends
-// all later work. A query answers from the token's work and number.
+// and may make the work from some number on end with an error (fail_from): the stream's later
+// work fails, its signals never land, and only its own events report the error. A device fault
+// (fault_device) is CUDA's sticky error: every query of an event of the device, and every record
+// on it, reports it, whatever the stream. A query answers from the token's work and number.
 //
 // A handle can be destroyed with its work still running and handed to the next stream created
 // (recreate()), as CUDA does at once: from then on it names new work, with a new id (what
@@ -223,10 +225,12 @@ class HostCompletionBackend {
     // number (0): no work to wait for.
     State::Record &slot = state_->records[serial];
     slot.work.store(&work, std::memory_order_relaxed);
+    slot.device.store(on.device, std::memory_order_relaxed);
     // A previous record of this event may still be marked (its write made, the mark not yet
     // cleared): this record is not that one's.
     slot.pending_signal.store(0, std::memory_order_relaxed);
-    if (const int error = stream->record_error_.load(std::memory_order_relaxed); error != 0) {
+    const int fault = fault_of(on.device);
+    if (const int error = fault != 0 ? fault : stream->record_error_.load(std::memory_order_relaxed); error != 0) {
       slot.number.store(0, std::memory_order_relaxed);
       return error;
     }
@@ -264,6 +268,13 @@ class HostCompletionBackend {
   void cannot_signal(int device) noexcept {
     state_->unsignalling_devices.fetch_or(std::uint32_t{1} << device, std::memory_order_relaxed);
   }
+  /// `device` (0 to 31) faults, as after an illegal address: from now on every query of an event
+  /// of the device, whatever its stream and its work, and every record on it, reports `status`.
+  /// The test leaves the device's work pending: a faulted device runs nothing more, so no signal
+  /// of it lands.
+  void fault_device(int device, int status) noexcept {
+    state_->device_faults[device].store(status, std::memory_order_relaxed);
+  }
   /// Signal words allocated and not freed.
   std::uint64_t signal_words() const noexcept { return state_->signal_words.load(std::memory_order_relaxed); }
 
@@ -273,6 +284,7 @@ class HostCompletionBackend {
     State::Record &slot = state_->records[serial];
     slot.queries.fetch_add(1, std::memory_order_relaxed);
     state_->queries.fetch_add(1, std::memory_order_relaxed);
+    if (const int fault = fault_of(slot.device.load(std::memory_order_relaxed)); fault != 0) return fault;
     const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
     if (work.completed_.load(std::memory_order_relaxed) < number) return std::nullopt;
@@ -323,6 +335,10 @@ class HostCompletionBackend {
   pool_type &pool() const noexcept { return *pool_; }
 
  private:
+  int fault_of(int device) const noexcept {
+    return device < 0 || device >= 32 ? 0 : state_->device_faults[device].load(std::memory_order_relaxed);
+  }
+
   bool can_signal(int device) const noexcept {
     return device < 0 || device >= 32 ||
            (state_->unsignalling_devices.load(std::memory_order_relaxed) & (std::uint32_t{1} << device)) == 0;
@@ -331,6 +347,7 @@ class HostCompletionBackend {
   struct State {
     struct Record {
       std::atomic<HostWork *> work{nullptr};
+      std::atomic<int> device{-1};
       std::atomic<std::uint64_t> number{0};
       std::atomic<std::uint64_t> queries{0};
       std::atomic<std::uint64_t> pending_signal{0};  // a registration whose write is not made yet
@@ -340,6 +357,7 @@ class HostCompletionBackend {
     std::atomic<std::uint64_t> given_back{0};
     std::atomic<bool> refuse_words{false};
     std::atomic<std::uint32_t> unsignalling_devices{0};
+    std::atomic<int> device_faults[32] = {};
     std::atomic<std::uint64_t> signal_words{0};
     std::atomic<std::uint64_t> registrations{0};
     std::function<void()> query_hook;
@@ -359,7 +377,9 @@ class HostCompletionBackend {
     const std::uint64_t number = slot.number.load(std::memory_order_relaxed);
     const HostWork &work = *slot.work.load(std::memory_order_relaxed);
     const std::uint64_t completed = work.completed();
-    if (number == 0 || completed >= number) return;
+    // A faulted device's work is over: it never completes, and its requests are rightly finished.
+    if (number == 0 || completed >= number || fault_of(slot.device.load(std::memory_order_relaxed)) != 0)
+      return;
     // Relaxed: a count; the first one's details are read after the poller is joined.
     if (state_->early.fetch_add(1, std::memory_order_relaxed) != 0) return;
     state_->early_number = number;

@@ -33,11 +33,11 @@
 #include <cstdint>
 #include <exception>
 #include <new>
-#include <optional>
 #include <utility>
 
 #include "evpool/completion_backend.h"
 #include "evpool/detail/backoff.h"
+#include "evpool/detail/signal_probes.h"
 #include "evpool/detail/signal_slots.h"
 
 namespace evpool::detail {
@@ -56,8 +56,10 @@ class CompletionRequest {
   CompletionRequest(const CompletionRequest &) = delete;
   CompletionRequest &operator=(const CompletionRequest &) = delete;
 
-  /// Runs the callback with the request's status. Called once, by the queue's poller.
-  virtual void run_callback() = 0;
+  /// Runs the callback with the request's status, then destroys it (what it captured). Returns
+  /// what the callback threw, or, if it returned, what destroying its captures threw; null if
+  /// neither threw. Called once, by the queue's poller, before the queue lets go of its reference.
+  virtual std::exception_ptr run_callback() noexcept = 0;
 
   /// Drops one reference; the last one frees the request. Thread-safe, wait-free.
   void release() noexcept {
@@ -114,9 +116,9 @@ class CompletionRequest {
   SignalSlot signal;
   SignalSlots *signal_block = nullptr;
   unsigned signal_slot = 0;
-  /// Poller-private: when (steady clock, ns) to query the event of a request whose signal has not
-  /// landed; 0 until its first read that found the signal missing.
-  std::int64_t next_event_query = 0;
+  /// Poller-private: when the event of a request whose signal has not landed may be queried
+  /// (signal_probes.h).
+  ProbeMarks probe;
   /// What the callback threw, if it threw.
   std::exception_ptr callback_exception;
   /// The channel's link, then the stream FIFO's (see the top).
@@ -140,20 +142,38 @@ class CallbackRequest final : public CompletionRequest<Backend> {
  public:
   template <class G>
   CallbackRequest(typename Backend::stream_type stream, G &&callback)
-      : CompletionRequest<Backend>(stream), callback_(std::in_place, std::forward<G>(callback)) {}
+      : CompletionRequest<Backend>(stream), callback_(std::forward<G>(callback)) {}
 
-  /// Calls the callback, then destroys it (also if it throws): what it captured is let go of on
-  /// the polling thread, when the request is done, not when the last handle goes.
-  void run_callback() override {
-    struct DestroyAfter {
-      std::optional<F> &callback;
-      ~DestroyAfter() { callback.reset(); }
-    } destroy_after{callback_};
-    (*callback_)(std::as_const(this->status));
+  /// Calls the callback, then destroys it (also if it threw): what it captured is let go of on
+  /// the polling thread, when the request is done, not when the last handle goes. Destroyed here,
+  /// outside any noexcept destructor, and caught like the call: a capture whose destructor throws
+  /// (one declared noexcept(false) that calls evpool::wait, say) reaches the handle as the
+  /// callback's exception would, instead of ending the process. If both throw, the call's is
+  /// kept: it came first, and the destructor may only have failed because of it.
+  std::exception_ptr run_callback() noexcept override {
+    std::exception_ptr thrown;
+    try {
+      callback_(std::as_const(this->status));
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    try {
+      callback_.~F();
+    } catch (...) {
+      if (thrown == nullptr) thrown = std::current_exception();
+    }
+    return thrown;
   }
 
+  // The callback is already destroyed: run_callback() runs before the queue's reference goes, so
+  // before the last (and a fork() child's forgotten requests are never freed).
+  ~CallbackRequest() noexcept override {}
+
  private:
-  std::optional<F> callback_;
+  // In a union, so that no destructor of the request destroys it (see run_callback()).
+  union {
+    F callback_;
+  };
 };
 
 /// A request without a callback: only its handle hears about it.
@@ -161,7 +181,7 @@ template <class Backend>
 class SilentRequest final : public CompletionRequest<Backend> {
  public:
   using CompletionRequest<Backend>::CompletionRequest;
-  void run_callback() override {}
+  std::exception_ptr run_callback() noexcept override { return nullptr; }
 };
 
 }  // namespace evpool::detail

@@ -10,6 +10,11 @@
 // there before it blocks, to throw std::logic_error instead. A request of another queue is found
 // in no frame of this thread, and waiting for it is fine.
 //
+// The frame also carries the queue's destruction when a callback destroys its own queue: the pass
+// cannot end while the destructor waits for it, so the destructor marks the frame and returns,
+// and the pass, seeing the mark once it is over, finishes the destruction itself
+// (basic_completion_queue.h). The mark is written and read by the one thread: nothing is shared.
+//
 // The frames live on the passes' own stacks: a pass costs two thread-local writes and no
 // allocation, and the walk is as long as the passes nested on the thread (one, nearly always).
 // The list is constant-initialised and trivially destructible, so reaching it costs no guard; it
@@ -25,11 +30,12 @@ namespace evpool::detail {
 
 struct PollingFrame {
   std::uint64_t queue;
-  const PollingFrame *outer;
+  PollingFrame *outer;
+  bool queue_destroyed = false;  // the queue's destructor ran inside the pass, which finishes it
 };
 
 /// The innermost pass the calling thread is making; null outside any.
-EVPOOL_API inline constinit thread_local const PollingFrame *this_thread_polling = nullptr;
+EVPOOL_API inline constinit thread_local PollingFrame *this_thread_polling = nullptr;
 
 /// Marks the calling thread as polling `queue` (a queue's id) for the object's lifetime.
 class PollingHere {
@@ -41,14 +47,30 @@ class PollingHere {
   PollingHere &operator=(const PollingHere &) = delete;
   ~PollingHere() { this_thread_polling = frame_.outer; }
 
+  /// Whether the queue was destroyed inside this pass (hand_destruction_to_pass()).
+  bool queue_destroyed() const noexcept { return frame_.queue_destroyed; }
+
  private:
-  const PollingFrame frame_;
+  PollingFrame frame_;
 };
 
 /// Whether the calling thread is inside a pass of `queue`.
 inline bool polling_here(std::uint64_t queue) noexcept {
   for (const PollingFrame *frame = this_thread_polling; frame != nullptr; frame = frame->outer)
     if (frame->queue == queue) return true;
+  return false;
+}
+
+/// If the calling thread is inside a pass of `queue`, marks that pass as the one that finishes
+/// the queue's destruction (its destructor ran in one of the pass's callbacks) and returns true.
+/// A thread makes at most one pass of a queue at a time (a nested poll() finds `polling_` taken).
+inline bool hand_destruction_to_pass(std::uint64_t queue) noexcept {
+  for (PollingFrame *frame = this_thread_polling; frame != nullptr; frame = frame->outer) {
+    if (frame->queue == queue) {
+      frame->queue_destroyed = true;
+      return true;
+    }
+  }
   return false;
 }
 
