@@ -68,6 +68,9 @@ struct DeviceStats {
                                  ///< aside until it completes (streams; device_depots.h)
   std::int64_t outstanding = 0;  ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
+  std::uint64_t waits_at_cap = 0;  ///< Gets that found no idle handle at the cap and waited (pool_cap.h)
+  std::uint64_t cache_flushes_at_cap = 0;  ///< every thread's cache emptied into the depots for them
+                                           ///< (one flush serves every Get waiting then)
 };
 
 /// A pool's figures: one entry per device, indexed by ordinal.
@@ -92,6 +95,8 @@ struct PoolStats {
       sum.busy += device.busy;
       sum.outstanding += device.outstanding;
       sum.outstanding_peak_bound += device.outstanding_peak_bound;
+      sum.waits_at_cap += device.waits_at_cap;
+      sum.cache_flushes_at_cap += device.cache_flushes_at_cap;
     }
     return sum;
   }

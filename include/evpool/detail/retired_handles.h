@@ -130,18 +130,21 @@ class RetiredHandles {
   /// The retired handles (for stats(); exact once no call is in progress).
   std::uint64_t count() const noexcept { return count_.value.load(std::memory_order_relaxed); }
 
-  /// A Get off its fast path on this device, after it took its handle: counts it in the working
-  /// set's window, closes the window if this Get was its last, and returns how many retired handles
-  /// the caller may destroy now, at most `most`: those that stayed retired through the whole last
+  /// `gets` Gets on this device (one Get off its fast path, or a thread cache's batch of them,
+  /// reported by its look), after the last took its handle: counts them in the working set's
+  /// window, closes the window if they reach its end, and returns how many retired handles the
+  /// caller may destroy now, at most `most`: those that stayed retired through the whole last
   /// window and this one so far. The caller destroys them through take(). `idle_bound`: the most
   /// handles the depot keeps idle (0 without a limit), which sets how long a window lasts.
-  std::uint32_t surplus_after_get(std::uint64_t idle_bound, std::uint32_t most) noexcept {
+  std::uint32_t surplus_after_gets(std::uint64_t idle_bound, std::uint32_t most, std::uint32_t gets) noexcept {
     // Nothing retired: this window's low is 0 (take() lowered it there), so nothing is surplus
     // until a whole window has passed with retired handles; the common case costs this one load.
     if (empty()) return 0;
     // Relaxed, here and for the marks: the window orders nothing (the stack publishes the handles);
     // a count read while others move magazines only makes one window a little longer or shorter.
-    if (window_.value.gets_left.fetch_sub(1, std::memory_order_relaxed) == 1) close_window(idle_bound);
+    // The one whose Gets reach the end closes the window; the others found it open or closing.
+    const std::int64_t left = window_.value.gets_left.fetch_sub(gets, std::memory_order_relaxed);
+    if (left > 0 && left <= static_cast<std::int64_t>(gets)) close_window(idle_bound);
     std::uint64_t marks = window_.value.marks.load(std::memory_order_relaxed);
     for (;;) {
       const std::uint32_t surplus = std::min({earlier_low(marks), current_low(marks), most});
