@@ -20,7 +20,9 @@
 // them, and a Get that finds the depot empty sweeps it (take_idle). So a Get creates only after
 // every handle in the depot, set aside or retired was found busy (docs/streams.md, "The bound").
 // Set-aside handles belong to the pool as idle ones do; they do not count against the idle limit,
-// since each of them has work in flight, which is what bounds them.
+// since each of them has work in flight, which is what bounds them. One Get sweeps them at a time,
+// and a sweep serves every Get that waits for it (sweep_set_aside): W Gets that find the depot
+// empty together ask the set-aside handles once, not W times.
 //
 // Magazines move between a thread cache and a depot with these verbs, each named for what the
 // depot ends up holding:

@@ -46,6 +46,21 @@
 // this bound: each has work in flight, and once it is done a Get off its fast path moves it back
 // under the limit (device_depots.h).
 //
+// The cap (pool_cap.h): at most max_per_device handles of a device exist through the pool at
+// once, handed out, idle, set aside or retired. The count is of handles created (or taken in from
+// outside) and not destroyed (or let go), so it is written only where a handle is created,
+// destroyed, let go or taken in (device_depots.h, "The cap"), each a driver call or a rare call:
+// Gets and Puts of the pool's own handles, hits or not, write nothing for it. Counting handed-out
+// handles directly would need a shared write per Get and Put, the ceiling the caches removed. At
+// the cap a Get waits (wait_at_cap), for ever or until a deadline (GetWithin, LeaseWithin).
+//
+// Driver queries per Get (busy handles): at most three handles of the thread's cache
+// (take_older_or_bypass), each handle it takes from the depot until one is idle (each busy one is
+// then set aside), at most one sweep of the set-aside handles (each asked once; none if a sweep it
+// waited for found them all busy) and the retired ones it takes; plus, off the fast path, the one
+// magazine its tidy asks (tidy_set_aside). No handle is asked twice by one Get, and W Gets that
+// meet a sweep share it (device_depots.h, sweep_set_aside).
+//
 // Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
 // in the cache of the thread that does it (no shared word is written), or, when the cache is
 // bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
