@@ -30,9 +30,9 @@ struct Config {
   using Backend = BackendType;
   using Policy = PolicyType;
 };
-using Configs = ::testing::Types<Config<HostBackend, DefaultPoolPolicy>, Config<HostBackend, NoCachePolicy<>>,
-                                 Config<test::HostStreamBackend, StreamPoolPolicy>,
-                                 Config<test::HostStreamBackend, NoCachePolicy<>>>;
+using Configs =
+    ::testing::Types<Config<HostBackend, DefaultPoolPolicy>, Config<HostBackend, NoCachePolicy<>>,
+                     Config<test::HostStreamBackend, StreamPoolPolicy>, Config<test::HostStreamBackend, NoCachePolicy<>>>;
 struct ConfigName {
   template <class C>
   static std::string GetName(int) {
@@ -54,7 +54,9 @@ class PoolCap : public ::testing::Test {
 
   std::uint64_t alive() const { return backend.created() - backend.destroyed(); }
   // A handle made outside the pool: counted by the backend, unknown to the pool.
-  Owner outside(int device = -1) { return backend.adopt(backend.create(Backend::kDefaultOptions, 0), device); }
+  Owner outside(int device = -1) {
+    return backend.adopt(backend.create(Backend::kDefaultOptions, 0), device);
+  }
 
   // The message of the CapReachedError `call` throws, checked for what every such error names.
   template <class Call>
@@ -88,7 +90,8 @@ TYPED_TEST(PoolCap, HandlesGotCountUntilPutBack) {
   EXPECT_EQ(this->backend.created(), TestFixture::kCap);
   for (auto &owner : got) this->pool.Put(std::move(owner));
   std::vector<typename TestFixture::Pool::unique_lease> leases;
-  for (std::size_t i = 0; i < TestFixture::kCap; ++i) leases.push_back(this->pool.LeaseWithin(nanoseconds(0), 0));
+  for (std::size_t i = 0; i < TestFixture::kCap; ++i)
+    leases.push_back(this->pool.LeaseWithin(nanoseconds(0), 0));
   this->cap_error_of([&] { (void)this->pool.LeaseWithin(nanoseconds(0), 0); }, TestFixture::kCap);
   EXPECT_EQ(this->backend.created(), TestFixture::kCap);
   // Gets and leases mixed, in every order: never more than the cap alive.

@@ -118,7 +118,9 @@ class BasicHandlePool {
   /// CapReachedError before anything changed, and the caller still owns `handle`. Without a cap,
   /// the same as Put. Thread-safety, progress and the other errors as Put's; under a cap it also
   /// writes the device's count (one compare-exchange).
-  void PutForeign(owner_type &&handle, int device_id = -1) { core_->PutForeign(std::move(handle), device_id); }
+  void PutForeign(owner_type &&handle, int device_id = -1) {
+    core_->PutForeign(std::move(handle), device_id);
+  }
 
   /// Destroys every handle that is idle in the pool when it begins: in the depots and in every
   /// thread's cache, including caches of threads that are asleep. Exceptions: handles Put

@@ -81,8 +81,8 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
     puts_adopted.fetch_add(cached.puts_adopted, std::memory_order_relaxed);
   }
   void reset() noexcept {
-    for (auto *counter :
-         {&created, &destroyed, &gets, &gets_missed, &puts_adopted, &live_peak, &waits_at_cap, &cache_flushes_at_cap})
+    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts_adopted, &live_peak, &waits_at_cap,
+                          &cache_flushes_at_cap})
       counter->store(0, std::memory_order_relaxed);
   }
 };

@@ -73,8 +73,9 @@ struct SweepTicket {
 ///   | sweeps finished                        | all busy | running |
 ///   +----------------------------------------+----------+---------+
 ///
-/// `all busy`: the last sweep finished found every handle it asked busy (kept while the next
-/// runs). 62 bits of sweeps never wrap.
+/// `running`: a sweep or a tidy (tidy_set_aside) holds the set-aside handles. `all busy`: the last
+/// sweep finished found every handle it asked busy (kept while the next runs, and through tidies
+/// that find none idle). Only sweeps are counted. 62 bits of sweeps never wrap.
 struct SweepWord {
   static constexpr std::uint64_t kRunning = 1, kAllBusy = 2;
   static bool running(std::uint64_t word) noexcept { return (word & kRunning) != 0; }
@@ -85,7 +86,9 @@ struct SweepWord {
     return (finished(running) + 1) << 2 | (all_busy ? kAllBusy : 0);
   }
   /// The number of finished sweeps at which one that begins after `word` was read has ended.
-  static std::uint64_t next_to_begin(std::uint64_t word) noexcept { return finished(word) + (running(word) ? 2 : 1); }
+  static std::uint64_t next_to_begin(std::uint64_t word) noexcept {
+    return finished(word) + (running(word) ? 2 : 1);
+  }
 };
 
 /// Thread-safety: every member may be called by any number of threads at once, except the
@@ -124,7 +127,8 @@ class DeviceDepots {
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
     retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     set_aside_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
-    sweeps_ = std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
+    sweeps_ =
+        std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     kept_ =
         std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
@@ -196,7 +200,9 @@ class DeviceDepots {
   }
   /// The handles of the device that exist through the pool (see above); 0 without a cap, where
   /// nothing counts them.
-  std::uint64_t kept(int device) const noexcept { return kept_[device].value.load(std::memory_order_relaxed); }
+  std::uint64_t kept(int device) const noexcept {
+    return kept_[device].value.load(std::memory_order_relaxed);
+  }
 
   /// The one way an event leaves the pool for good (see the rationale).
   void destroy(int device, handle_type handle) noexcept {
@@ -382,7 +388,8 @@ class DeviceDepots {
     if (set_aside_[device].empty()) return;
     std::atomic<std::uint64_t> &word = sweeps_[device].value;
     // Acquire/release as in sweep_set_aside; a sweep in progress does the tidying. The tidy asks
-    // one magazine, not all: it ends with no verdict, and a Get that waited for it sweeps itself.
+    // one magazine, not all: it is no sweep, and leaves the count of sweeps as it was, and their
+    // verdict too unless it found an idle handle (a Get that waited for it then sweeps itself).
     std::uint64_t now = word.load(std::memory_order_acquire);
     if (SweepWord::running(now) ||
         !word.compare_exchange_strong(now, now | SweepWord::kRunning, std::memory_order_acquire,
@@ -390,14 +397,17 @@ class DeviceDepots {
       return;
     const std::uint32_t oldest = reversed(set_aside_[device].take_all(arena_));
     Batch now_idle(*this, device, &DeviceDepots::return_filled);
+    bool found_idle = false;
     if (oldest != kNilIndex) {
       Magazine &magazine = arena_[oldest];
       std::uint32_t still_busy = 0;
       for (std::uint32_t i = 0; i < magazine.count; ++i) {
-        if (busy(magazine.handles[i]))
+        if (busy(magazine.handles[i])) {
           magazine.handles[still_busy++] = magazine.handles[i];
-        else
+        } else {
           now_idle.add(magazine.handles[i]);
+          found_idle = true;
+        }
       }
       magazine.count = still_busy;
       give_back_set_aside(device, magazine.next.load(std::memory_order_relaxed));
@@ -406,7 +416,8 @@ class DeviceDepots {
       else
         set_aside_magazine(device, oldest);
     }
-    word.store(SweepWord::ended(now, /*all_busy=*/false), std::memory_order_release);
+    now_idle.flush();  // before the release: a waiter that sweeps next finds them in the depot
+    word.store(found_idle ? now & ~SweepWord::kAllBusy : now, std::memory_order_release);
   }
 
   /// Handles set aside busy (for stats(); exact once no call is in progress).
@@ -617,9 +628,12 @@ class DeviceDepots {
           break;
         continue;
       }
-      const std::uint64_t awaited = SweepWord::finished(now) + 1;  // the running sweep's number
-      while (SweepWord::finished(now = word.load(std::memory_order_acquire)) < awaited) Policy::spin_wait();
-      if (SweepWord::all_busy(now)) return false;  // the sweep awaited, or a later one, found none idle
+      // A sweep or a tidy runs: wait for the word to change. A sweep that ended counts one more
+      // (its verdict stays while tidies run); a tidy leaves the count as it was, and the Get then
+      // sweeps itself.
+      const std::uint64_t awaited = SweepWord::finished(now) + 1, seen = now;
+      while ((now = word.load(std::memory_order_acquire)) == seen) Policy::spin_wait();
+      if (SweepWord::finished(now) >= awaited && SweepWord::all_busy(now)) return false;
     }
     const bool found = sweep_oldest_first(device, out, busy);
     // Release: publishes the magazines given back, with the verdict, to the next reader.

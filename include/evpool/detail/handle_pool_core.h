@@ -668,7 +668,7 @@ class HandlePoolCore final : private DeferredWork {
     run_deferred_work_on_the_way();  // first: what it gives back to this pool, this Get may take
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
-      if (!store.create_within_cap(device, handle))  // may throw: nothing held
+      if (!store.create_within_cap(device, handle))     // may throw: nothing held
         handle = wait_at_cap(store, device, deadline);  // may throw: nothing held
       else if constexpr (kCountCalls)
         store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
@@ -1151,8 +1151,9 @@ class HandlePoolCore final : private DeferredWork {
                                   std::to_string(patience.count()) + " ns)");
     const auto now = std::chrono::steady_clock::now();
     const auto room = std::chrono::steady_clock::time_point::max() - now;
-    return Deadline{patience >= room ? std::chrono::steady_clock::time_point::max()
-                                     : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(patience),
+    return Deadline{patience >= room
+                        ? std::chrono::steady_clock::time_point::max()
+                        : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(patience),
                     patience, operation};
   }
 
@@ -1184,8 +1185,8 @@ class HandlePoolCore final : private DeferredWork {
   [[noreturn, gnu::cold, gnu::noinline]] void throw_put_at_cap(int device) const {
     const std::string noun = handle_noun<Backend>();
     const std::string a_noun = (noun == "event" ? "an " : "a ") + noun;
-    throw CapReachedError("evpool: Put of " + a_noun + " the pool did not hand out refused: " + describe_cap(device) +
-                              "; the caller still owns the " + noun,
+    throw CapReachedError("evpool: Put of " + a_noun + " the pool did not hand out refused: " +
+                              describe_cap(device) + "; the caller still owns the " + noun,
                           device, depots_.max_kept(), held_out(device));
   }
 
