@@ -13,7 +13,8 @@
 //
 // Progress guarantees, stated per function below: Get and Put never wait for another thread
 // (lock-free), except a thread's first call on a pool, which registers its cache under the pool's
-// registry lock (and so may wait for a Purge or Trim in progress). Purge and Trim are blocking:
+// registry lock (and so may wait for a Purge or Trim in progress), and, under a cap, a Get at the
+// cap, which waits for a handle to be idle (GetWithin bounds the wait; pool_cap.h). Purge and Trim are blocking:
 // they take that lock and wait for any thread that is in the middle of a Get or Put on this pool
 // to finish that call.
 #pragma once

@@ -14,7 +14,7 @@
 // counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
 // Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches,
-// retired, busy. Derived, from the conservation of handles (every handle the pool created or adopted and
+// retired, busy, and, by Gets at a cap only, waits_at_cap and cache_flushes_at_cap. Derived, from the conservation of handles (every handle the pool created or adopted and
 // did not destroy is idle, retired, set aside busy or outstanding):
 //
 //   outstanding = created + puts_adopted - destroyed - idle - retired - busy
