@@ -21,6 +21,7 @@
 #include "cuda_availability.h"
 #include "evpool/cuda_stream.h"
 #include "evpool/cuda_stream_pool.h"
+#include "evpool/pool_cap.h"
 #include "evpool/deferred_work.h"
 
 namespace evpool {
@@ -276,6 +277,31 @@ TEST(StreamPoolOnGpu, AtTheCapGetWaitsForABusyStream) {
   holder.join();
   EXPECT_EQ(waited.get(), handed_back);
   EXPECT_LE(pool.stats().total().created, 4u);
+}
+
+// The cap is a bound: a stream put in from outside takes a place and is refused at the cap (the
+// caller still owns it), and GetWithin ends a wait at the cap with the device, the cap and what
+// this process holds.
+TEST(StreamPoolOnGpu, AtTheCapAnOutsideStreamIsRefusedAndGetWithinEnds) {
+  EVPOOL_REQUIRE_GPU();
+  CUDAStreamPool pool(cudaStreamNonBlocking, 0, kUnlimitedIdle, Checks::kDefault, StreamReuse::kWhenIdle, 2);
+  CUDAStreamLease first = pool.Get(0), second = pool.Get(0);
+  CUDAStream outside = CUDAStream::Create(true, 0);
+  EXPECT_THROW(pool.Put(std::move(outside)), CapReachedError);
+  EXPECT_TRUE(static_cast<bool>(outside)) << "the caller still owns the stream";
+  try {
+    (void)pool.GetWithin(std::chrono::milliseconds(1), 0);
+    ADD_FAILURE() << "GetWithin at the cap returned";
+  } catch (const CapReachedError &error) {
+    EXPECT_EQ(error.device(), 0);
+    EXPECT_EQ(error.cap(), 2u);
+    EXPECT_EQ(error.held(), 2u) << error.what();
+  }
+  second.reset();
+  pool.Purge();  // destroys the idle one: a place is free
+  pool.Put(std::move(outside));
+  EXPECT_FALSE(static_cast<bool>(outside));
+  EXPECT_EQ(pool.GetWithin(std::chrono::milliseconds(0), 0).get() != nullptr, true);
 }
 
 // Leases handed to other threads, which use and end them after the pool is gone.

@@ -254,7 +254,7 @@ TYPED_TEST_SUITE(KnownIdleStress, Policies);
 
 TYPED_TEST(KnownIdleStress, NoGetHandsOutABusyStreamWhilePurgersEmptyTheCaches) { this->run(); }
 
-// Under a cap, a Get at the cap flushes every thread's cache (wait_at_cap, flush_every_cache).
+// Under a cap, a Get at the cap flushes every thread's cache (wait_at_cap, maybe_flush_every_cache).
 // The cap exceeds what every thread can hold at once of one device (6 streams an owner, 4 in the
 // mailbox, 1 the purger or its short-lived thread: 23), so no Get waits for ever.
 template <class Policy>

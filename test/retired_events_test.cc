@@ -187,5 +187,37 @@ TYPED_TEST(RetiredEvents, RetiredEventsAreDestroyedAFewAGetOnceDemandFalls) {
   EXPECT_EQ(most_at_once, std::uint64_t{detail::kRetiredDestroyedPerGet}) << "the most one Get destroyed";
 }
 
+// The bound on how long a retired handle outlives its retirement, whatever the traffic
+// (retired_handles.h, "Bound"): after a fallen peak, rounds of 10 Gets and Puts, which a cache
+// absorbs whole (no Get leaves the fast path), still destroy the retired handles, because every
+// thread's 256th Get of a device looks at them. Time counts in Gets, a cache's in batches of 256: a
+// stock of R retired that no Get takes is gone within three windows and R / 8 looks.
+TYPED_TEST(RetiredEvents, RetiredHandlesGoWithinTheBoundEvenWhenTheCacheAbsorbsEveryGet) {
+  constexpr std::size_t kLimit = 4, kBurst = 600, kRound = 10;
+  typename TestFixture::Backend backend(1);
+  typename TestFixture::Pool pool(backend, TestFixture::Backend::kDefaultOptions, kLimit);
+  typename TestFixture::Driver driver{pool, backend};
+  const std::size_t bound = TestFixture::idle_bound(kLimit);
+  driver.cycle(kBurst, bound);
+  driver.cycle(kBurst, bound);
+  const std::uint64_t retired = pool.retired_handles(0);
+  ASSERT_GT(retired, std::uint64_t{detail::kRetiredDestroyedPerGet});
+  const std::uint64_t unit = TestFixture::kCached ? 256 : 1;  // the Gets one look stands for
+  const std::uint64_t window = detail::retired_window_gets(retired, kLimit) + unit;
+  const std::uint64_t most_gets =
+      3 * window + unit * ((retired + detail::kRetiredDestroyedPerGet - 1) / detail::kRetiredDestroyedPerGet + 1);
+  // Without caches each round retires what the limit cannot keep and takes it back the next: its
+  // own working set, no longer the peak's.
+  const std::uint64_t working_set = TestFixture::kCached ? 0 : kRound - kLimit;
+  std::uint64_t gets = 0;
+  while (pool.retired_handles(0) > working_set && gets < most_gets) {
+    driver.cycle(kRound, bound);
+    gets += kRound;
+  }
+  EXPECT_LE(pool.retired_handles(0), working_set)
+      << "still retired after " << gets << " Gets in rounds of " << kRound << " (" << retired << " at first)";
+  EXPECT_LE(backend.created() - backend.destroyed(), kRound + bound);
+}
+
 }  // namespace
 }  // namespace evpool

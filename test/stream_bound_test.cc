@@ -205,8 +205,8 @@ TYPED_TEST(StreamBound, AGetAtTheCapWaitsForABusyStream) {
 }
 
 // At the cap with every stream out, a Get waits, as on a semaphore, until one is handed back. A
-// stream let go of (release()) no longer counts; a Put brings one back under the count, also over
-// the cap.
+// stream let go of (release()) no longer counts; it comes back only as a foreign one, which takes
+// a place, and is refused at the cap with the caller still owning it.
 TYPED_TEST(StreamBound, AGetAtTheCapWithEveryStreamOutWaitsForAHandBack) {
   HostStreamBackend backend(1);
   typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 2);
@@ -224,25 +224,24 @@ TYPED_TEST(StreamBound, AGetAtTheCapWithEveryStreamOutWaitsForAHandBack) {
   Stream let_go = first.release();  // no longer the pool's
   auto fourth = pool.Lease(0);
   EXPECT_EQ(backend.created(), 3u);
-  pool.Put(std::move(let_go));  // the pool's again: 3 over a cap of 2
+  EXPECT_THROW(pool.PutForeign(std::move(let_go)), CapReachedError);  // 2 exist through the pool
+  EXPECT_TRUE(static_cast<bool>(let_go)) << "the caller still owns the stream";
   third.reset();
   auto fifth = pool.Lease(0);
-  auto sixth = pool.Lease(0);
+  EXPECT_THROW((void)pool.LeaseWithin(std::chrono::nanoseconds(0), 0), CapReachedError);
   EXPECT_EQ(backend.created(), 3u) << "the idle ones are reused";
 }
 
-// A Get (not a lease) takes its handle out of the pool's keeping until a Put brings it back.
-TYPED_TEST(StreamBound, AGotHandleDoesNotCountAgainstTheCap) {
+// A Get (not a lease) counts against the cap until a Put brings its handle back.
+TYPED_TEST(StreamBound, AGotHandleCountsAgainstTheCapUntilPutBack) {
   HostStreamBackend backend(1);
   typename TestFixture::Pool pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, 1);
   Stream got = pool.Get(0);
-  auto leased = pool.Lease(0);
-  EXPECT_EQ(backend.created(), 2u);
+  EXPECT_THROW((void)pool.LeaseWithin(std::chrono::nanoseconds(0), 0), CapReachedError);
+  EXPECT_EQ(backend.created(), 1u);
   pool.Put(std::move(got));
-  leased.reset();
   auto again = pool.Lease(0);
-  auto twice = pool.Lease(0);
-  EXPECT_EQ(backend.created(), 2u);
+  EXPECT_EQ(backend.created(), 1u);
 }
 
 // Reserve stays within the cap too.

@@ -13,11 +13,13 @@
 //
 // Progress guarantees, stated per function below: Get and Put never wait for another thread
 // (lock-free), except a thread's first call on a pool, which registers its cache under the pool's
-// registry lock (and so may wait for a Purge or Trim in progress). Purge and Trim are blocking:
+// registry lock (and so may wait for a Purge or Trim in progress), and, under a cap, a Get at the
+// cap, which waits for a handle to be idle (GetWithin bounds the wait; pool_cap.h). Purge and Trim are blocking:
 // they take that lock and wait for any thread that is in the middle of a Get or Put on this pool
 // to finish that call.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <utility>
 
@@ -51,9 +53,9 @@ class BasicHandlePool {
   /// An empty pool for the backend's devices, creating handles with `options` and keeping at
   /// most `max_idle_per_device` idle handles per device in its depots (a Put beyond that retires
   /// the handle; each thread's cache holds up to 2 x Policy::cache_capacity more per device),
-  /// checking for misuse if `checks` or the environment say so (pool_checks.h), and keeping at
-  /// most `max_per_device` handles of a device at once, idle, busy, retired or leased (pool_cap.h:
-  /// what Get does at the cap).
+  /// checking for misuse if `checks` or the environment say so (pool_checks.h), and letting at
+  /// most `max_per_device` handles of a device exist through it at once, handed out, idle, busy or
+  /// retired (pool_cap.h: what Get and Put do at the cap).
   /// Throws std::invalid_argument for options the backend rejects, a limit or cap of 0, or a
   /// value of EVPOOL_CHECKED other than 0 or 1, and whatever the backend throws when it cannot
   /// count its devices (CUDAError where CUDA has no driver or no device).
@@ -80,7 +82,19 @@ class BasicHandlePool {
   /// which may block inside the driver.
   /// Throws std::out_of_range for a device outside [0, device_count()), and whatever the backend's
   /// create throws; the pool is unchanged in both cases.
+  /// Under a cap (pool_cap.h) the handle counts until it is put back; at the cap Get waits for one
+  /// to be idle, for ever if none ever is (blocking): GetWithin is the bounded form.
   [[gnu::always_inline]] owner_type Get(int device_id = -1) { return core_->Get(device_id); }
+
+  /// Get, waiting at most `patience` at the cap: then it throws CapReachedError (pool_cap.h), which
+  /// names the device, the cap and how many of the device's handles this process holds. Without a
+  /// cap, or below it, the same as Get. Thread-safety and progress as Get, but blocking at the cap
+  /// for `patience` at most (a little more: the pause it is in, and the caches' flush, end first).
+  /// Throws what Get throws, std::invalid_argument for a negative `patience`, and CapReachedError;
+  /// the pool is unchanged then.
+  owner_type GetWithin(std::chrono::nanoseconds patience, int device_id = -1) {
+    return core_->GetWithin(patience, device_id);
+  }
 
   /// Returns `handle` to the pool, filed under `device_id`; with -1, under the device the handle
   /// records, or the calling thread's current device for an adopted handle of unknown device.
@@ -94,8 +108,19 @@ class BasicHandlePool {
   /// in the pool, or in another checked pool; then that pool keeps its copy and `handle` is emptied
   /// without being destroyed. Throws std::invalid_argument, before taking ownership, if another
   /// checked pool handed the handle out and has not had it back.
+  /// Under a cap (pool_cap.h), a handle that records its device is taken for one this pool handed
+  /// out (it counts already); a bare one is counted as PutForeign counts it, and refused as it is.
   [[gnu::always_inline]] void Put(owner_type &&handle, int device_id = -1) {
     core_->Put(std::move(handle), device_id);
+  }
+
+  /// Put of a handle this pool did not hand out (created elsewhere, or taken out of a lease with
+  /// release()). Under a cap it takes a place (pool_cap.h); at the cap it is refused with
+  /// CapReachedError before anything changed, and the caller still owns `handle`. Without a cap,
+  /// the same as Put. Thread-safety, progress and the other errors as Put's; under a cap it also
+  /// writes the device's count (one compare-exchange).
+  void PutForeign(owner_type &&handle, int device_id = -1) {
+    core_->PutForeign(std::move(handle), device_id);
   }
 
   /// Destroys every handle that is idle in the pool when it begins: in the depots and in every
@@ -135,6 +160,11 @@ class BasicHandlePool {
   /// are. Throws what Get throws.
   unique_lease Lease(int device_id = -1) { return unique_lease(*core_, core_->begin_lease(device_id)); }
 
+  /// Lease, bounded at the cap as GetWithin is. Throws what GetWithin throws.
+  unique_lease LeaseWithin(std::chrono::nanoseconds patience, int device_id = -1) {
+    return unique_lease(*core_, core_->begin_lease_within(patience, device_id));
+  }
+
   /// A handle of `device_id` shared by every copy of the lease (a small control block counts the
   /// copies) and returned to this pool when the last copy dies; may outlive the pool like Lease.
   /// The block comes from the thread's cache when it holds one (a thread keeps the blocks of the
@@ -169,7 +199,8 @@ class BasicHandlePool {
   /// The most idle handles kept per device (kUnlimitedIdle: no limit). Thread-safe, wait-free.
   std::size_t max_idle_per_device() const noexcept { return core_->max_idle_per_device(); }
 
-  /// The most handles of a device kept at once (kUncapped: no cap). Thread-safe, wait-free.
+  /// The most handles of a device that exist through the pool at once (kUncapped: no cap).
+  /// Thread-safe, wait-free.
   std::size_t max_per_device() const noexcept { return core_->max_per_device(); }
 
   /// Magazine nodes allocated so far (each holds up to Policy::cache_capacity idle handles, or one

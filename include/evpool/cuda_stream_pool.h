@@ -26,6 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -109,7 +110,8 @@ class EVPOOL_API CUDAStreamPool : private BasicHandlePool<CUDAStreamBackend, Str
   /// An empty pool for every visible device, creating streams with `stream_flags`
   /// (cudaStreamNonBlocking, as DALI's, or cudaStreamDefault) and `priority`, keeping at most
   /// `max_idle_per_device` idle streams per device, handing a stream out again as `reuse` says, and
-  /// keeping at most `max_per_device` streams of a device at once, idle, busy or leased (pool_cap.h).
+  /// letting at most `max_per_device` streams of a device exist through it at once, leased, idle,
+  /// busy or retired (pool_cap.h).
   /// Throws CUDAError where CUDA has no driver or no device, and std::invalid_argument for
   /// other flags, a priority outside the device's range, a limit or cap of 0, or a value of
   /// EVPOOL_CHECKED other than 0 or 1.
@@ -129,18 +131,28 @@ class EVPOOL_API CUDAStreamPool : private BasicHandlePool<CUDAStreamBackend, Str
   /// from its query (or a few: the driver serialises them); otherwise it may wait for another
   /// thread's sweep of the streams set aside busy (a few queries), and a miss calls
   /// cudaStreamCreateWithPriority. At the cap it waits for a busy stream of the pool's to
-  /// complete or one to be handed back (blocking, as on a semaphore; pool_cap.h). Throws std::out_of_range for a device outside
+  /// complete or one to be handed back (blocking, as on a semaphore, for ever if none ever is;
+  /// pool_cap.h): GetWithin is the bounded form. Throws std::out_of_range for a device outside
   /// [0, device_count()) and CUDAError; then the pool is unchanged.
   CUDAStreamLease Get(int device_id = -1) { return CUDAStreamLease(Base::Lease(device_id), this); }
+
+  /// Get, waiting at most `patience` at the cap; then it throws CapReachedError, naming the
+  /// device, the cap and how many of the device's streams this process holds
+  /// (BasicHandlePool::GetWithin). Without a cap, the same as Get.
+  CUDAStreamLease GetWithin(std::chrono::nanoseconds patience, int device_id = -1) {
+    return CUDAStreamLease(Base::LeaseWithin(patience, device_id), this);
+  }
 
   /// Returns `stream` to the pool, filed under `device_id`; with -1, under the device the stream
   /// was created on, or, for an adopted handle, the device cudaStreamGetDevice names. Work may
   /// still be pending on it: Get will not hand it out until that work is done. A stream must not
-  /// be handed back while it is being captured.
+  /// be handed back while it is being captured. Get hands out leases, so every stream Put here
+  /// comes from outside the pool (or out of a lease, through release()): under a cap it takes a
+  /// place, and at the cap it is refused (BasicHandlePool::PutForeign; pool_cap.h).
   /// Throws, before taking ownership (the caller still owns `stream`), std::invalid_argument for an
-  /// empty stream or a `device_id` that contradicts the stream's device, and what
-  /// BasicHandlePool::Put throws.
-  void Put(CUDAStream &&stream, int device_id = -1) { Base::Put(std::move(stream), device_id); }
+  /// empty stream or a `device_id` that contradicts the stream's device, CapReachedError at the
+  /// cap, and what BasicHandlePool::Put throws.
+  void Put(CUDAStream &&stream, int device_id = -1) { Base::PutForeign(std::move(stream), device_id); }
 
   using Base::checked;
   using Base::device_count;

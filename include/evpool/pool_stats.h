@@ -14,7 +14,7 @@
 // counting slows a Get+Put pair by a few percent to about a tenth (the README has the figures).
 //
 // Counted: created, destroyed, gets, gets_missed, puts_adopted, idle_in_depot, idle_in_caches,
-// retired, busy. Derived, from the conservation of handles (every handle the pool created or adopted and
+// retired, busy, and, by Gets at a cap only, waits_at_cap and cache_flushes_at_cap. Derived, from the conservation of handles (every handle the pool created or adopted and
 // did not destroy is idle, retired, set aside busy or outstanding):
 //
 //   outstanding = created + puts_adopted - destroyed - idle - retired - busy
@@ -68,6 +68,9 @@ struct DeviceStats {
                                  ///< aside until it completes (streams; device_depots.h)
   std::int64_t outstanding = 0;  ///< handed out and not yet handed back; derived, see above
   std::uint64_t outstanding_peak_bound = 0;  ///< at least the most ever outstanding at once
+  std::uint64_t waits_at_cap = 0;  ///< Gets that found no idle handle at the cap and waited (pool_cap.h)
+  std::uint64_t cache_flushes_at_cap = 0;  ///< every thread's cache emptied into the depots for them
+                                           ///< (one flush serves every Get waiting then)
 };
 
 /// A pool's figures: one entry per device, indexed by ordinal.
@@ -92,6 +95,8 @@ struct PoolStats {
       sum.busy += device.busy;
       sum.outstanding += device.outstanding;
       sum.outstanding_peak_bound += device.outstanding_peak_bound;
+      sum.waits_at_cap += device.waits_at_cap;
+      sum.cache_flushes_at_cap += device.cache_flushes_at_cap;
     }
     return sum;
   }

@@ -56,6 +56,8 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
   std::atomic<std::uint64_t> gets_missed{0};
   std::atomic<std::uint64_t> puts_adopted{0};
   std::atomic<std::uint64_t> live_peak{0};  // the peak of created - destroyed
+  std::atomic<std::uint64_t> waits_at_cap{0};
+  std::atomic<std::uint64_t> cache_flushes_at_cap{0};
 
   void count_created(std::uint64_t count) noexcept {
     // destroyed is read before created grows: a destruction in between makes `live` too high,
@@ -79,7 +81,8 @@ struct alignas(kFalseSharingRange) SharedCallCounts {
     puts_adopted.fetch_add(cached.puts_adopted, std::memory_order_relaxed);
   }
   void reset() noexcept {
-    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts_adopted, &live_peak})
+    for (auto *counter : {&created, &destroyed, &gets, &gets_missed, &puts_adopted, &live_peak, &waits_at_cap,
+                          &cache_flushes_at_cap})
       counter->store(0, std::memory_order_relaxed);
   }
 };

@@ -20,7 +20,9 @@
 // them, and a Get that finds the depot empty sweeps it (take_idle). So a Get creates only after
 // every handle in the depot, set aside or retired was found busy (docs/streams.md, "The bound").
 // Set-aside handles belong to the pool as idle ones do; they do not count against the idle limit,
-// since each of them has work in flight, which is what bounds them.
+// since each of them has work in flight, which is what bounds them. One Get sweeps them at a time,
+// and a sweep serves every Get that waits for it (sweep_set_aside): W Gets that find the depot
+// empty together ask the set-aside handles once, not W times.
 //
 // Magazines move between a thread cache and a depot with these verbs, each named for what the
 // depot ends up holding:
@@ -56,6 +58,38 @@
 #include "evpool/pool_checks.h"
 
 namespace evpool::detail {
+
+/// What a caller that looks for an idle handle again and again (a Get waiting at the cap) saw of
+/// the sweeps of the set-aside handles at its last look: a sweep whose number reaches
+/// `begun_after` began after that look (DeviceDepots::take_idle).
+struct SweepTicket {
+  std::uint64_t begun_after = ~std::uint64_t{0};  // no look yet: no sweep counts
+};
+
+/// A device's word of sweeps of its set-aside handles (DeviceDepots::sweep_set_aside):
+///
+///    63                                     2      1          0
+///   +----------------------------------------+----------+---------+
+///   | sweeps finished                        | all busy | running |
+///   +----------------------------------------+----------+---------+
+///
+/// `running`: a sweep or a tidy (tidy_set_aside) holds the set-aside handles. `all busy`: the last
+/// sweep finished found every handle it asked busy (kept while the next runs, and through tidies
+/// that find none idle). Only sweeps are counted. 62 bits of sweeps never wrap.
+struct SweepWord {
+  static constexpr std::uint64_t kRunning = 1, kAllBusy = 2;
+  static bool running(std::uint64_t word) noexcept { return (word & kRunning) != 0; }
+  static bool all_busy(std::uint64_t word) noexcept { return (word & kAllBusy) != 0; }
+  static std::uint64_t finished(std::uint64_t word) noexcept { return word >> 2; }
+  /// The word once the sweep that `running` shows running has ended with its verdict.
+  static std::uint64_t ended(std::uint64_t running, bool all_busy) noexcept {
+    return (finished(running) + 1) << 2 | (all_busy ? kAllBusy : 0);
+  }
+  /// The number of finished sweeps at which one that begins after `word` was read has ended.
+  static std::uint64_t next_to_begin(std::uint64_t word) noexcept {
+    return finished(word) + (running(word) ? 2 : 1);
+  }
+};
 
 /// Thread-safety: every member may be called by any number of threads at once, except the
 /// constructor, forget_all_in_child() (a fork child's one forgetting thread) and what a member says.
@@ -93,7 +127,8 @@ class DeviceDepots {
     depots_ = std::make_unique<Depot[]>(static_cast<std::size_t>(device_count_));
     retired_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
     set_aside_ = std::make_unique<Retired[]>(static_cast<std::size_t>(device_count_));
-    sweeping_ = std::make_unique<CacheLinePadded<std::atomic<bool>>[]>(static_cast<std::size_t>(device_count_));
+    sweeps_ =
+        std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     kept_ =
         std::make_unique<CacheLinePadded<std::atomic<std::uint64_t>>[]>(static_cast<std::size_t>(device_count_));
     if constexpr (kCountCalls)
@@ -126,42 +161,47 @@ class DeviceDepots {
 
   // ---- Events in and out -----------------------------------------------------------------------
 
-  /// A new event of the device, counted. Throws what the backend throws; then nothing changed.
-  handle_type create(int device) {
-    const handle_type handle = backend_.create(options_, device);
-    if (capped()) count_kept(device, 1);
-    if constexpr (kCountCalls) counts_[device].count_created(1);
-    return handle;
-  }
+  // ---- The cap (pool_cap.h) ------------------------------------------------------------------------
+  //
+  // kept_[device] counts the handles of the device that exist through the pool: those it created
+  // or took in from outside (take_in_within_cap), less those it destroyed or let go (a lease's
+  // release()). A handle handed out stays counted until it is destroyed or let go, so the count
+  // is idle + set aside + retired + handed out, and Gets and Puts of the pool's own handles never
+  // change it: it is written only where a handle is created, destroyed, let go or taken in, each a
+  // driver call or a rare call, never on a Get or Put (the fast path writes no shared word).
+  // Relaxed everywhere: the count bounds, and orders nothing; a compare-exchange takes a place
+  // before the handle exists, so concurrent creators never pass the cap together.
 
-  /// As create(), if the device keeps fewer than the cap; else nothing, and false. The place is
-  /// taken before the backend creates, so that concurrent Gets never together pass the cap. Throws
-  /// what the backend throws; then nothing changed.
+  /// A new handle of the device, counted, if the device keeps fewer than the cap; else nothing,
+  /// and false. Throws what the backend throws; then nothing changed.
   bool create_within_cap(int device, handle_type &out) {
-    if (!capped()) {
-      out = create(device);
-      return true;
-    }
-    std::atomic<std::uint64_t> &kept = kept_[device].value;
-    // Relaxed, as every count of kept_: it bounds, and orders nothing.
-    std::uint64_t now = kept.load(std::memory_order_relaxed);
-    do {
-      if (now >= max_kept_) return false;
-    } while (!kept.compare_exchange_weak(now, now + 1, std::memory_order_relaxed, std::memory_order_relaxed));
+    const bool counted = capped();
+    if (counted && !take_place(device)) return false;
     try {
       out = backend_.create(options_, device);
     } catch (...) {
-      kept.fetch_sub(1, std::memory_order_relaxed);
+      if (counted) release_place(device);
       throw;
     }
     if constexpr (kCountCalls) counts_[device].count_created(1);
     return true;
   }
 
-  /// Under a cap: a handle joins the pool's keeping (a Put), or leaves it without being destroyed
-  /// (a Get, a lease's release()).
-  void count_kept(int device, std::int64_t delta) noexcept {
-    kept_[device].value.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  /// A handle from outside the pool (one it did not hand out) is to be taken in: takes its place
+  /// under the cap; false at the cap (the caller refuses it). Always true without a cap.
+  bool take_in_within_cap(int device) noexcept { return !capped() || take_place(device); }
+  /// Undoes take_in_within_cap for a handle that was not taken in after all (its Put threw).
+  void undo_take_in(int device) noexcept {
+    if (capped()) release_place(device);
+  }
+  /// A handle the pool handed out leaves it for good without being destroyed (UniqueLease::release).
+  void let_go(int device) noexcept {
+    if (capped()) release_place(device);
+  }
+  /// The handles of the device that exist through the pool (see above); 0 without a cap, where
+  /// nothing counts them.
+  std::uint64_t kept(int device) const noexcept {
+    return kept_[device].value.load(std::memory_order_relaxed);
   }
 
   /// The one way an event leaves the pool for good (see the rationale).
@@ -170,7 +210,7 @@ class DeviceDepots {
     // value to another thread's create at once (rmm#649), whose record a later erase would remove.
     if (checker_) checker_->on_destroyed(handle);
     backend_.destroy(handle);
-    if (capped()) count_kept(device, -1);
+    if (capped()) release_place(device);
     if constexpr (kCountCalls) counts_[device].count_destroyed(1);
   }
 
@@ -264,11 +304,13 @@ class DeviceDepots {
     return true;
   }
 
-  /// A Get off its fast path, after it took its event: destroys the device's retired events that
-  /// demand has shown surplus (retired_handles.h), at most kRetiredDestroyedPerGet.
-  void destroy_surplus_retired(int device) noexcept {
+  /// A Get off its fast path, after it took its event, standing for `gets` Gets (a thread cache's
+  /// look reports its batch): destroys the device's retired events that demand has shown surplus
+  /// (retired_handles.h), at most kRetiredDestroyedPerGet.
+  void destroy_surplus_retired(int device, std::uint32_t gets = 1) noexcept {
     const std::uint64_t idle_bound = max_idle_ == kUnlimitedIdle ? 0 : max_idle_;
-    for (std::uint32_t most = retired_[device].surplus_after_get(idle_bound, kRetiredDestroyedPerGet); most > 0;) {
+    for (std::uint32_t most = retired_[device].surplus_after_gets(idle_bound, kRetiredDestroyedPerGet, gets);
+         most > 0;) {
       const std::uint32_t index = retired_[device].take(arena_);
       if (index == kNilIndex) return;
       Magazine &magazine = arena_[index];
@@ -304,9 +346,11 @@ class DeviceDepots {
   /// way is set aside, else from those set aside, asked from the longest set aside (the likeliest
   /// to be done) until one is idle, else from the retired ones. False if every one asked was busy
   /// (or there is none): the caller may create. A retired handle found busy is set aside too.
-  /// Each magazine is asked from its bottom, where the handles put into it first lie.
+  /// Each magazine is asked from its bottom, where the handles put into it first lie. `ticket`:
+  /// for a caller that looks again and again (a Get waiting at the cap), what it saw of the
+  /// sweeps at its last look (sweep_set_aside); nullptr for one look.
   template <class Busy>
-  bool take_idle(int device, handle_type &out, Busy &&busy) noexcept {
+  bool take_idle(int device, handle_type &out, Busy &&busy, SweepTicket *ticket = nullptr) noexcept {
     Batch set_aside(*this, device, &DeviceDepots::set_aside_magazine);
     bool found = false;
     for (std::uint32_t index = take_filled(device); !found && index != kNilIndex;) {
@@ -326,7 +370,7 @@ class DeviceDepots {
       if (!found) index = take_filled(device);
     }
     set_aside.flush();
-    if (found || sweep_set_aside(device, out, busy)) return true;
+    if (found || sweep_set_aside(device, out, busy, ticket)) return true;
     while (take_retired_one(device, out)) {
       if (!busy(out)) return true;
       set_aside_one(device, out);
@@ -342,19 +386,28 @@ class DeviceDepots {
   template <class Busy>
   void tidy_set_aside(int device, Busy &&busy) noexcept {
     if (set_aside_[device].empty()) return;
-    std::atomic<bool> &sweeping = sweeping_[device].value;
-    // Acquire/release as in sweep_set_aside; a sweep in progress does the tidying.
-    if (sweeping.exchange(true, std::memory_order_acquire)) return;
+    std::atomic<std::uint64_t> &word = sweeps_[device].value;
+    // Acquire/release as in sweep_set_aside; a sweep in progress does the tidying. The tidy asks
+    // one magazine, not all: it is no sweep, and leaves the count of sweeps as it was, and their
+    // verdict too unless it found an idle handle (a Get that waited for it then sweeps itself).
+    std::uint64_t now = word.load(std::memory_order_acquire);
+    if (SweepWord::running(now) ||
+        !word.compare_exchange_strong(now, now | SweepWord::kRunning, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+      return;
     const std::uint32_t oldest = reversed(set_aside_[device].take_all(arena_));
     Batch now_idle(*this, device, &DeviceDepots::return_filled);
+    bool found_idle = false;
     if (oldest != kNilIndex) {
       Magazine &magazine = arena_[oldest];
       std::uint32_t still_busy = 0;
       for (std::uint32_t i = 0; i < magazine.count; ++i) {
-        if (busy(magazine.handles[i]))
+        if (busy(magazine.handles[i])) {
           magazine.handles[still_busy++] = magazine.handles[i];
-        else
+        } else {
           now_idle.add(magazine.handles[i]);
+          found_idle = true;
+        }
       }
       magazine.count = still_busy;
       give_back_set_aside(device, magazine.next.load(std::memory_order_relaxed));
@@ -363,13 +416,16 @@ class DeviceDepots {
       else
         set_aside_magazine(device, oldest);
     }
-    sweeping.store(false, std::memory_order_release);
+    now_idle.flush();  // before the release: a waiter that sweeps next finds them in the depot
+    word.store(found_idle ? now & ~SweepWord::kAllBusy : now, std::memory_order_release);
   }
 
   /// Handles set aside busy (for stats(); exact once no call is in progress).
   std::uint64_t set_aside(int device) const noexcept { return set_aside_[device].count(); }
   /// Whether a Get sweeps the device's set-aside handles now (it holds them out of the count).
-  bool sweeping(int device) const noexcept { return sweeping_[device].value.load(std::memory_order_relaxed); }
+  bool sweeping(int device) const noexcept {
+    return SweepWord::running(sweeps_[device].value.load(std::memory_order_relaxed));
+  }
 
   /// One event into the device's depot; false if it is over the idle limit (the caller still
   /// owns it). Throws std::bad_alloc or std::length_error when no magazine can be had; then
@@ -465,6 +521,7 @@ class DeviceDepots {
       for (Retired *kept : {&retired_[device], &set_aside_[device]})
         kept->forget_all(arena_, [&](std::uint32_t index) { depots_[device].give_empty(index, arena_); });
       kept_[device].value.store(0, std::memory_order_relaxed);
+      sweeps_[device].value.store(0, std::memory_order_relaxed);  // a sweep the fork cut off
     }
     if constexpr (kCountCalls)  // the child starts empty, and so do its figures
       for (int device = 0; device < device_count_; ++device) counts_[device].reset();
@@ -502,6 +559,17 @@ class DeviceDepots {
     std::uint32_t index_ = kNilIndex;
   };
 
+  // A place under the cap, taken if one is free.
+  bool take_place(int device) noexcept {
+    std::atomic<std::uint64_t> &kept = kept_[device].value;
+    std::uint64_t now = kept.load(std::memory_order_relaxed);
+    do {
+      if (now >= max_kept_) return false;
+    } while (!kept.compare_exchange_weak(now, now + 1, std::memory_order_relaxed, std::memory_order_relaxed));
+    return true;
+  }
+  void release_place(int device) noexcept { kept_[device].value.fetch_sub(1, std::memory_order_relaxed); }
+
   // A magazine of busy handles (count >= 1) joins those set aside.
   void set_aside_magazine(int device, std::uint32_t index) noexcept {
     set_aside_[device].give(index, arena_);
@@ -526,20 +594,50 @@ class DeviceDepots {
   }
 
   // Asks the handles set aside on the device, as they are now (one snapshot: handles set aside
-  // meanwhile wait for the next sweep), from the longest set aside, until one is idle: it goes to
-  // `out`. The others go back set aside, in their order. False if every one was busy. One Get
-  // sweeps at a time, and the others wait for it rather than find none set aside and create: so
-  // a Get creates only once every handle set aside was found busy by a sweep that held them all.
-  // Sweeps start from the oldest, the likeliest to be done, and most ask one or two handles.
+  // meanwhile wait for the next sweep), until one is idle: it goes to `out`. False if every one
+  // asked was busy. One Get sweeps at a time, and a sweep serves every Get that waits for it:
+  //
+  // - A Get that finds a sweep running waits for it to end (reading the word, never writing it),
+  //   and takes its verdict: if it found every handle busy, the Get asks none of them again. Only
+  //   if it found an idle one (and stopped there) does the waiter sweep in turn, for another.
+  // - A Get that passes a ticket (one waiting at the cap, looking again round after round) asks
+  //   none either if a sweep that began after its previous look found every handle busy.
+  // - A sweep asks first the handles no sweep asked since they were set aside: those it asks and
+  //   finds busy go back on top, to be asked last by the next sweep (busy ones are asked from the
+  //   oldest, the likeliest to be done; most sweeps stop at the first or second).
+  //
+  // So a sweep asks each handle set aside at most once, and W Gets that meet sweeps ask together
+  // at most the handles set aside plus one idle one each, not W times the handles set aside. A
+  // waiter never creates while a sweep holds handles out: a Get creates only once every handle
+  // set aside was found busy by a sweep that held them all.
   template <class Busy>
-  bool sweep_set_aside(int device, handle_type &out, Busy &busy) noexcept {
-    if (set_aside_[device].empty() && !sweeping(device)) return false;
-    std::atomic<bool> &sweeping = sweeping_[device].value;
-    // Acquire: pairs with the last sweeper's release, so that this one sees the magazines it gave
-    // back as it left them (the stack's own orders publish them too).
-    while (sweeping.exchange(true, std::memory_order_acquire)) Policy::spin_wait();
+  bool sweep_set_aside(int device, handle_type &out, Busy &busy, SweepTicket *ticket) noexcept {
+    std::atomic<std::uint64_t> &word = sweeps_[device].value;
+    // Acquire, on every read of the word: pairs with the release of the sweep that ended, so that
+    // this Get sees the magazines it gave back (the stack's own orders publish them too) and its
+    // verdict is about handles this Get could have asked.
+    std::uint64_t now = word.load(std::memory_order_acquire);
+    const std::uint64_t begun_after_last_look = ticket != nullptr ? ticket->begun_after : ~std::uint64_t{0};
+    for (;;) {
+      if (ticket != nullptr) ticket->begun_after = SweepWord::next_to_begin(now);
+      if (!SweepWord::running(now)) {
+        if (SweepWord::finished(now) >= begun_after_last_look && SweepWord::all_busy(now)) return false;
+        if (set_aside_[device].empty()) return false;
+        if (word.compare_exchange_weak(now, now | SweepWord::kRunning, std::memory_order_acquire,
+                                       std::memory_order_acquire))
+          break;
+        continue;
+      }
+      // A sweep or a tidy runs: wait for the word to change. A sweep that ended counts one more
+      // (its verdict stays while tidies run); a tidy leaves the count as it was, and the Get then
+      // sweeps itself.
+      const std::uint64_t awaited = SweepWord::finished(now) + 1, seen = now;
+      while ((now = word.load(std::memory_order_acquire)) == seen) Policy::spin_wait();
+      if (SweepWord::finished(now) >= awaited && SweepWord::all_busy(now)) return false;
+    }
     const bool found = sweep_oldest_first(device, out, busy);
-    sweeping.store(false, std::memory_order_release);
+    // Release: publishes the magazines given back, with the verdict, to the next reader.
+    word.store(SweepWord::ended(now, /*all_busy=*/!found), std::memory_order_release);
     return found;
   }
 
@@ -547,9 +645,15 @@ class DeviceDepots {
   bool sweep_oldest_first(int device, handle_type &out, Busy &busy) noexcept {
     const std::uint32_t oldest = reversed(set_aside_[device].take_all(arena_));
     bool found = false;
+    Chain asked;  // the magazines asked, up to the one that held the idle handle
     for (std::uint32_t index = oldest; index != kNilIndex;) {
       Magazine &magazine = arena_[index];
       const std::uint32_t next = magazine.next.load(std::memory_order_relaxed);
+      if (found) {  // not asked: back first, oldest first, under the asked ones
+        set_aside_magazine(device, index);
+        index = next;
+        continue;
+      }
       for (std::uint32_t i = 0; !found && i < magazine.count; ++i) {
         if (busy(magazine.handles[i])) continue;
         out = magazine.handles[i];
@@ -560,9 +664,11 @@ class DeviceDepots {
       if (magazine.empty())
         depots_[device].give_empty(index, arena_);
       else
-        set_aside_magazine(device, index);  // oldest first: the newest ends on top, as it was
+        asked.append(index, arena_);
       index = next;
     }
+    if (asked.last != kNilIndex) arena_[asked.last].next.store(kNilIndex, std::memory_order_relaxed);
+    give_back_set_aside(device, asked.first);  // oldest first: the last asked ends on top
     return found;
   }
 
@@ -654,10 +760,11 @@ class DeviceDepots {
   std::unique_ptr<Retired[]> retired_;
   // Busy handles set aside (see the rationale): the same counted stack of magazines as the retired.
   std::unique_ptr<Retired[]> set_aside_;
-  // Per device, whether a Get is sweeping the set-aside handles (one at a time; sweep_set_aside).
-  std::unique_ptr<CacheLinePadded<std::atomic<bool>>[]> sweeping_;
-  // Per device, the handles the pool created or adopted and has neither destroyed nor let go of:
-  // what max_kept bounds.
+  // Per device, the sweeps of the set-aside handles: whether one runs, and what the last one
+  // found (SweepWord; sweep_set_aside).
+  std::unique_ptr<CacheLinePadded<std::atomic<std::uint64_t>>[]> sweeps_;
+  // Per device, the handles that exist through the pool (created or taken in, and neither destroyed
+  // nor let go: handed out ones included): what max_kept bounds (see "The cap" above).
   std::unique_ptr<CacheLinePadded<std::atomic<std::uint64_t>>[]> kept_;
   std::size_t max_kept_ = kUnlimitedKept;
   std::unique_ptr<SharedCallCounts[]> counts_;           // per device; only with Policy::count_calls

@@ -46,6 +46,21 @@
 // this bound: each has work in flight, and once it is done a Get off its fast path moves it back
 // under the limit (device_depots.h).
 //
+// The cap (pool_cap.h): at most max_per_device handles of a device exist through the pool at
+// once, handed out, idle, set aside or retired. The count is of handles created (or taken in from
+// outside) and not destroyed (or let go), so it is written only where a handle is created,
+// destroyed, let go or taken in (device_depots.h, "The cap"), each a driver call or a rare call:
+// Gets and Puts of the pool's own handles, hits or not, write nothing for it. Counting handed-out
+// handles directly would need a shared write per Get and Put, the ceiling the caches removed. At
+// the cap a Get waits (wait_at_cap), for ever or until a deadline (GetWithin, LeaseWithin).
+//
+// Driver queries per Get (busy handles): at most three handles of the thread's cache
+// (take_older_or_bypass), each handle it takes from the depot until one is idle (each busy one is
+// then set aside), at most one sweep of the set-aside handles (each asked once; none if a sweep it
+// waited for found them all busy) and the retired ones it takes; plus, off the fast path, the one
+// magazine its tidy asks (tidy_set_aside). No handle is asked twice by one Get, and W Gets that
+// meet a sweep share it (device_depots.h, sweep_set_aside).
+//
 // Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
 // in the cache of the thread that does it (no shared word is written), or, when the cache is
 // bypassed, in `lease_balance_`. The pool's destructor closes every cache (waiting only for calls in
@@ -135,6 +150,13 @@ class HandlePoolCore final : private DeferredWork {
   using SharedLeaseBlock = detail::SharedLeaseBlock<HandlePoolCore>;
   using Cache = ThreadCache<HandlePoolCore>;
 
+  /// When a bounded Get (GetWithin, LeaseWithin) gives up waiting at the cap.
+  struct Deadline {
+    std::chrono::steady_clock::time_point at;
+    std::chrono::nanoseconds patience;
+    const char *operation;
+  };
+
   // Created with `new` by BasicHandlePool, which ends it with close().
   HandlePoolCore(Backend backend, options_type options, std::size_t max_idle_per_device, Checks checks,
                  std::size_t max_per_device)
@@ -172,23 +194,39 @@ class HandlePoolCore final : private DeferredWork {
   // that a hit costs no call; everything past a hit is out of line (the *_slow functions), where
   // the cache's and the magazine's addresses are dead, which leaves registers to the caller's loop.
 
+  // A handle got stays counted under a cap until it is put back (see "The cap" in
+  // device_depots.h): Get and Put of the pool's own handles write no shared word.
   [[gnu::always_inline]] owner_type Get(int device_id) {
     const int device = resolve_device(device_id, "Get");
-    owner_type owner = depots_.backend().adopt(obtain(device, 0), device);
-    // Under a cap, a handle got (not leased) leaves the pool's keeping until Put brings it back.
-    if (depots_.capped()) [[unlikely]]
-      depots_.count_kept(device, -1);
-    return owner;
+    return depots_.backend().adopt(obtain(device, 0), device);
+  }
+
+  /// Get, or, at the cap, CapReachedError once `patience` has passed with no handle idle.
+  owner_type GetWithin(std::chrono::nanoseconds patience, int device_id) {
+    const int device = resolve_device(device_id, "GetWithin");
+    const Deadline deadline = deadline_after(patience, "GetWithin");
+    return depots_.backend().adopt(obtain(device, 0, &deadline), device);
   }
 
   [[gnu::always_inline]] void Put(owner_type &&owner, int device_id) {
     if (!owner) [[unlikely]]
       throw_empty_put();
     // A bare handle wrapped by the caller is adopted: counted apart, out of line, so that the
-    // inlined Put of the pool's own handles neither tests nor keeps the flag.
+    // inlined Put of the pool's own handles neither tests nor keeps the flag. It is foreign too:
+    // the pool's own handles always record their device.
     if (owner.device_id() == -1) [[unlikely]]
       return put_adopted(std::move(owner), device_id);
-    accept(std::move(owner), device_id, /*adopted=*/false);
+    accept(std::move(owner), device_id, /*adopted=*/false, /*foreign=*/false);
+  }
+
+  /// Put of a handle the pool did not hand out (made elsewhere, or released from a lease): it
+  /// takes a place under the cap, and is refused at the cap (CapReachedError; the caller still
+  /// owns it).
+  void PutForeign(owner_type &&owner, int device_id) {
+    if (!owner) [[unlikely]]
+      throw_empty_put();
+    const bool adopted = owner.device_id() == -1;
+    accept(std::move(owner), device_id, adopted, /*foreign=*/true);
   }
 
   void Reserve(int device_id, std::size_t count) {
@@ -237,6 +275,12 @@ class HandlePoolCore final : private DeferredWork {
     const int device = resolve_device(device_id, "Lease");
     return depots_.backend().adopt(obtain(device, 1), device);
   }
+  /// begin_lease, bounded as GetWithin.
+  owner_type begin_lease_within(std::chrono::nanoseconds patience, int device_id) {
+    const int device = resolve_device(device_id, "LeaseWithin");
+    const Deadline deadline = deadline_after(patience, "LeaseWithin");
+    return depots_.backend().adopt(obtain(device, 1, &deadline), device);
+  }
 
   /// A lease ends: `owner` (of the device it records; may be empty if the holder took it out)
   /// goes back to the pool, or is only forgotten if `forget` (a parent's handle in a fork child),
@@ -264,10 +308,8 @@ class HandlePoolCore final : private DeferredWork {
   }
 
   /// A lease's holder takes its handle out (UniqueLease::release): under a cap, the handle
-  /// leaves the pool's keeping. The lease then ends as any other.
-  void let_go(int device) noexcept {
-    if (depots_.capped()) depots_.count_kept(device, -1);
-  }
+  /// leaves the pool's count (a Put of it later is foreign). The lease then ends as any other.
+  void let_go(int device) noexcept { depots_.let_go(device); }
 
   /// A shared lease begins: its control block, recycled (shared_lease_block.h) or new, holding an
   /// handle of the device, with one reference. Throws what Get throws, and std::bad_alloc; then
@@ -363,6 +405,8 @@ class HandlePoolCore final : private DeferredWork {
       const auto out = static_cast<std::uint64_t>(std::max<std::int64_t>(figures.outstanding, 0));
       figures.puts = figures.gets - std::min(figures.gets, out);
       figures.outstanding_peak_bound = read(shared.live_peak) + figures.puts_adopted;
+      figures.waits_at_cap = read(shared.waits_at_cap);
+      figures.cache_flushes_at_cap = read(shared.cache_flushes_at_cap);
     }
     if constexpr (kCached) {
       // Threads that exited meanwhile skipped their flush (their caches were requested): their
@@ -471,24 +515,25 @@ class HandlePoolCore final : private DeferredWork {
   // ---- Get and Put, past a hit -------------------------------------------------------------------
 
   [[gnu::noinline]] void put_adopted(owner_type &&owner, int device_id) {
-    accept(std::move(owner), device_id, /*adopted=*/true);
+    accept(std::move(owner), device_id, /*adopted=*/true, /*foreign=*/true);
   }
 
-  [[gnu::always_inline]] void accept(owner_type &&owner, int device_id, bool adopted) {
+  // `adopted`: for the figures, the handle did not know its device. `foreign`: the pool did not
+  // hand it out, so it takes a place under the cap before it is filed (where a Get could take it
+  // at once), or is refused at the cap before anything changed.
+  [[gnu::always_inline]] void accept(owner_type &&owner, int device_id, bool adopted, bool foreign) {
     const int device = device_for_put(owner, device_id);
-    // Under a cap, a Put brings a handle into the pool's keeping (Get took it out): counted before
-    // the handle is filed, where a Get could take it and uncount it first.
-    if (depots_.capped()) [[unlikely]]
-      depots_.count_kept(device, 1);
+    if (foreign && !depots_.take_in_within_cap(device)) [[unlikely]]
+      throw_put_at_cap(device);
     bool kept;
     try {
       kept = keep(owner.get(), device, adopted);
     } catch (const DoublePutError &) {
-      if (depots_.capped()) depots_.count_kept(device, -1);  // the pool's copy was counted already
+      if (foreign) depots_.undo_take_in(device);  // the pool's copy is counted already
       (void)owner.release();  // the pool holds this very handle: the duplicate must not destroy it
       throw;
     } catch (...) {
-      if (depots_.capped()) depots_.count_kept(device, -1);  // the caller still owns it
+      if (foreign) depots_.undo_take_in(device);  // the caller still owns it
       throw;
     }
     if (kept)
@@ -497,28 +542,44 @@ class HandlePoolCore final : private DeferredWork {
       depots_.retire_one(device, owner.release());  // over the idle limit
   }
 
-  // An idle handle of the device, or a new one; counts `leases` new leases. Inline down to the
-  // cache's loaded magazine.
-  [[gnu::always_inline]] handle_type obtain(int device, int leases) {
+  // An idle handle of the device, or a new one; counts `leases` new leases. At the cap it waits,
+  // until `deadline` if there is one. Inline down to the cache's loaded magazine.
+  [[gnu::always_inline]] handle_type obtain(int device, int leases, const Deadline *deadline = nullptr) {
     if (Cache *cache = enter_own_cache()) [[likely]] {
       auto &magazines = cache->owner_magazines(device);
       // An absent magazine's slot counts 0, so one test covers both.
       if (magazines.loaded.empty()) [[unlikely]]
-        return obtain_refilling(*cache, device, leases);
-      return take_and_exit(*cache, magazines, device, leases);
+        return obtain_refilling(*cache, device, leases, deadline);
+      // A byte the owner's line holds anyway, no shared word: every 256th Get looks at the
+      // retired handles, whatever the cache absorbs (retired_handles.h, "Bound").
+      if (--magazines.gets_until_look == 0) [[unlikely]]
+        return obtain_and_look(*cache, magazines, device, leases, deadline);
+      return take_and_exit(*cache, magazines, device, leases, deadline);
     }
-    return obtain_from_depot(device, leases);
+    return obtain_from_depot(device, leases, deadline);
   }
+
+  // A Get from the cache that is its thread's 256th on the device since the last look: once it
+  // has its handle, it counts the batch in the retired handles' window and destroys what demand
+  // has shown surplus, as a Get off its fast path does (one relaxed load where none are retired).
+  [[gnu::noinline]] handle_type obtain_and_look(Cache &cache, typename Cache::DeviceMagazines &magazines,
+                                                int device, int leases, const Deadline *deadline) {
+    const handle_type handle = take_and_exit(cache, magazines, device, leases, deadline);
+    tidy_after_taking(device, kGetsPerLook);
+    return handle;
+  }
+  static constexpr std::uint32_t kGetsPerLook = 256;  // the wrap of DeviceMagazines::gets_until_look
 
   // The end of a Get from the cache: a handle out of the loaded magazine (not empty), which
   // counts the Get too (Slot::take), and the call ends. Throws only where handles can be busy
   // (from take_older_or_bypass); never for events.
   [[gnu::always_inline]] handle_type take_and_exit(Cache &cache, typename Cache::DeviceMagazines &magazines,
-                                                   int device, int leases) noexcept(!kBusyHandles) {
+                                                   int device, int leases,
+                                                   const Deadline *deadline = nullptr) noexcept(!kBusyHandles) {
     const handle_type handle = magazines.loaded.take();
     if constexpr (kBusyHandles)
       if (!std::exchange(magazines.top_idle, false) && is_busy(handle)) [[unlikely]]
-        return take_older_or_bypass(cache, magazines, handle, device, leases);
+        return take_older_or_bypass(cache, magazines, handle, device, leases, deadline);
     if (leases != 0) cache.owner_count_leases(leases);
     cache.owner_exit();
     return handle;
@@ -538,7 +599,8 @@ class HandlePoolCore final : private DeferredWork {
   // the depot as the thread's hand-backs fill it, and counts in the idle bound meanwhile
   // (docs/streams.md, "The bound").
   [[gnu::noinline]] handle_type take_older_or_bypass(Cache &cache, typename Cache::DeviceMagazines &magazines,
-                                                     handle_type busy, int device, int leases) {
+                                                     handle_type busy, int device, int leases,
+                                                     const Deadline *deadline) {
     auto &loaded = magazines.loaded;
     if (const std::uint32_t count = loaded.count(); count != 0) {
       handle_type *handles = loaded.magazine->handles;
@@ -558,7 +620,7 @@ class HandlePoolCore final : private DeferredWork {
       }
     }
     cache.owner_exit();
-    return obtain_from_depot(device, leases);
+    return obtain_from_depot(device, leases, deadline);
   }
 
   [[gnu::always_inline]] handle_type hand_out_from_cache(Cache &cache, handle_type handle, int leases) noexcept {
@@ -569,13 +631,13 @@ class HandlePoolCore final : private DeferredWork {
 
   // Inside the owner's call, the loaded magazine empty: refill it and take from it, or end the
   // call and go to the depot directly.
-  [[gnu::noinline]] handle_type obtain_refilling(Cache &cache, int device, int leases) {
+  [[gnu::noinline]] handle_type obtain_refilling(Cache &cache, int device, int leases, const Deadline *deadline) {
     auto &magazines = cache.owner_magazines(device);
     if (!refill_cache(magazines, device)) {
       cache.owner_exit();
-      return obtain_from_depot(device, leases);
+      return obtain_from_depot(device, leases, deadline);
     }
-    const handle_type handle = take_and_exit(cache, magazines, device, leases);
+    const handle_type handle = take_and_exit(cache, magazines, device, leases, deadline);
     // Outside the owner section: deferred work may end leases of this very pool.
     run_deferred_work_on_the_way();
     tidy_after_taking(device);
@@ -593,20 +655,21 @@ class HandlePoolCore final : private DeferredWork {
   // After a Get off its fast path took its handle: the surplus retired handles go (a few), and busy
   // handles set aside in a burst are asked again, a magazine per such Get, so that once their work
   // is done they go back under the idle limit (device_depots.h, tidy_set_aside).
-  void tidy_after_taking(int device) noexcept {
-    depots_.destroy_surplus_retired(device);
+  // `gets`: the Gets this one stands for (a cache's look reports its batch).
+  void tidy_after_taking(int device, std::uint32_t gets = 1) noexcept {
+    depots_.destroy_surplus_retired(device, gets);
     if constexpr (kBusyHandles)
       depots_.tidy_set_aside(device, [this](handle_type asked) noexcept { return is_busy(asked); });
   }
 
   // Bypassing the cache. Without caches, every Get: the only way the driver work is done.
-  [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases) {
+  [[gnu::noinline]] handle_type obtain_from_depot(int device, int leases, const Deadline *deadline) {
     Depots &store = depots();
     run_deferred_work_on_the_way();  // first: what it gives back to this pool, this Get may take
     handle_type handle;
     if (!take_idle_from_depot(store, device, handle)) {
-      if (!store.create_within_cap(device, handle))  // may throw: nothing held
-        handle = wait_at_cap(store, device);
+      if (!store.create_within_cap(device, handle))     // may throw: nothing held
+        handle = wait_at_cap(store, device, deadline);  // may throw: nothing held
       else if constexpr (kCountCalls)
         store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
     }
@@ -620,46 +683,78 @@ class HandlePoolCore final : private DeferredWork {
   // An idle handle of the depot, or else a retired one, into `handle`; false if there is neither.
   // Where handles can be busy, the depot hands out only an idle one, and sets aside the busy ones
   // it meets (device_depots.h, take_idle).
-  bool take_idle_from_depot(Depots &store, int device, handle_type &handle) noexcept {
+  bool take_idle_from_depot(Depots &store, int device, handle_type &handle, SweepTicket *ticket = nullptr) noexcept {
     if constexpr (kBusyHandles)
-      return store.take_idle(device, handle, [this](handle_type asked) noexcept { return is_busy(asked); });
+      return store.take_idle(
+          device, handle, [this](handle_type asked) noexcept { return is_busy(asked); }, ticket);
     else
       return store.take_one(device, handle) || store.take_retired_one(device, handle);
   }
 
-  // Every handle the device may keep exists, and none the Get could reach was idle. The caches of
-  // every thread give theirs to the depot (a Trim that destroys nothing: they may hold idle ones),
-  // at first and then every kRoundsBetweenFlushes rounds, and the Get waits, asking again with
-  // pauses growing to 1 ms, for a handle to be idle: a busy one whose work completes (the GPU ends
-  // the wait, as it ends cudaStreamSynchronize's), or one handed back. As on a semaphore, a thread
-  // that itself holds every handle of the cap and asks for one more waits for ever (pool_cap.h).
-  // No rule of the pool's own can tell that apart from handles that are out for a while, so the
-  // pool does not throw: a throw on "none held" failed correct programs whose Gets merely held the
-  // busy handles while asking them (docs/design.md).
-  [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device) noexcept {
+  // Every handle the device may keep exists, and none the Get could reach was idle. The Get waits,
+  // asking again with pauses growing to 1 ms, for a handle to be idle: a busy one whose work
+  // completes (the GPU ends the wait, as it ends cudaStreamSynchronize's), or one handed back;
+  // with a deadline (GetWithin, LeaseWithin) only until then, and then it throws CapReachedError.
+  // Without one, a thread that itself holds every handle of the cap and asks for one more waits
+  // for ever, as on a semaphore (pool_cap.h says why the pool cannot tell that apart).
+  //
+  // Idle handles may sit in other threads' caches, out of the Get's reach, so every thread's cache
+  // goes to the depot (a Trim that destroys nothing), but one flush serves every waiter: a Get
+  // that begins to wait while others wait already relies on theirs, and each waiter flushes every
+  // kRoundsBetweenFlushes rounds only if no flush began since its last one (maybe_flush_every_cache).
+  // So W Gets waiting together flush about once per kRoundsBetweenFlushes rounds, not W times.
+  // Their looks into the set-aside handles share sweeps in the same way (the ticket;
+  // device_depots.h, sweep_set_aside).
+  [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device, const Deadline *deadline) {
+    if constexpr (kCountCalls) store.counts(device).waits_at_cap.fetch_add(1, std::memory_order_relaxed);
+    // Relaxed: the count only chooses who flushes first; the flushes are ordered by the lock.
+    const bool first = waiting_at_cap_.fetch_add(1, std::memory_order_relaxed) == 0;
+    struct LeaveOnReturn {
+      atomic<std::uint32_t> &waiting;
+      ~LeaveOnReturn() { waiting.fetch_sub(1, std::memory_order_relaxed); }
+    } leave_on_return{waiting_at_cap_};
+    std::uint64_t flushes_seen = cache_flushes_.load(std::memory_order_relaxed);
+    SweepTicket ticket;
     handle_type handle;
     for (std::uint64_t round = 0;; ++round) {
       run_deferred_work();  // a lease that outlived its pool may give a handle back
       if constexpr (kCached)
-        if (round % kRoundsBetweenFlushes == 0) flush_every_cache();
-      if (take_idle_from_depot(store, device, handle)) return handle;
+        if (round % kRoundsBetweenFlushes == 0 && (round != 0 || first))
+          maybe_flush_every_cache(device, flushes_seen);
+      if (take_idle_from_depot(store, device, handle, &ticket)) return handle;
       if (store.create_within_cap(device, handle)) {  // one was destroyed or let go meanwhile
         if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
         return handle;
       }
-      std::this_thread::sleep_for(std::min(
-          std::chrono::microseconds(std::uint64_t{1} << std::min<std::uint64_t>(round, 10)), kLongestPauseAtCap));
+      auto pause = std::min<std::chrono::nanoseconds>(
+          std::chrono::microseconds(std::uint64_t{1} << std::min<std::uint64_t>(round, 10)), kLongestPauseAtCap);
+      if (deadline != nullptr) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline->at) throw_no_idle_within(device, *deadline);
+        pause = std::min<std::chrono::nanoseconds>(pause, deadline->at - now);
+      }
+      std::this_thread::sleep_for(pause);
     }
   }
   static constexpr std::uint64_t kRoundsBetweenFlushes = 64;
   static constexpr std::chrono::microseconds kLongestPauseAtCap{1000};
 
-  // Every cache's magazines go to the depots; the caches stay open.
-  void flush_every_cache() noexcept {
+  // Every cache's magazines go to the depots (the caches stay open), unless a flush began since
+  // the caller saw `flushes_seen`: that one already emptied every cache the caller waited for.
+  // Either way `flushes_seen` becomes the flushes begun now.
+  void maybe_flush_every_cache(int device, std::uint64_t &flushes_seen) noexcept {
     auto &caches = registry();
     auto lock = caches.lock();
-    drain_caches(/*keep_handles=*/true);
-    caches.reopen_all();
+    // Relaxed, under the lock, which orders the flushes and this read after them.
+    const std::uint64_t begun = cache_flushes_.load(std::memory_order_relaxed);
+    if (begun == flushes_seen) {
+      cache_flushes_.store(begun + 1, std::memory_order_relaxed);  // the waiters' entry load reads it
+      drain_caches(/*keep_handles=*/true);
+      caches.reopen_all();
+      if constexpr (kCountCalls)
+        depots_.counts(device).cache_flushes_at_cap.fetch_add(1, std::memory_order_relaxed);
+    }
+    flushes_seen = cache_flushes_.load(std::memory_order_relaxed);
   }
 
   bool is_busy(handle_type handle) const noexcept {
@@ -1048,6 +1143,53 @@ class HandlePoolCore final : private DeferredWork {
     return device_id;
   }
 
+  // `patience` from now, saturated at the clock's end. Throws std::invalid_argument for a negative
+  // one, before anything is taken.
+  static Deadline deadline_after(std::chrono::nanoseconds patience, const char *operation) {
+    if (patience < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument(std::string("evpool: ") + operation + " with a negative patience (" +
+                                  std::to_string(patience.count()) + " ns)");
+    const auto now = std::chrono::steady_clock::now();
+    const auto room = std::chrono::steady_clock::time_point::max() - now;
+    return Deadline{patience >= room
+                        ? std::chrono::steady_clock::time_point::max()
+                        : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(patience),
+                    patience, operation};
+  }
+
+  // The device's handles held out of the pool's reach in this process (got or leased and not
+  // handed back, or idle in a thread's cache): those counted under the cap that the pool does not
+  // hold. A snapshot of moving figures, for the errors at the cap.
+  std::uint64_t held_out(int device) const noexcept {
+    const std::uint64_t kept = depots_.kept(device);
+    const std::uint64_t in_pool = depots_.idle(device) + depots_.retired(device) + depots_.set_aside(device);
+    return kept > in_pool ? kept - in_pool : 0;
+  }
+
+  std::string describe_cap(int device) const {
+    const std::string noun = handle_noun<Backend>();
+    return "the pool keeps its cap of " + std::to_string(depots_.max_kept()) + " " + noun + "s of device " +
+           std::to_string(device) + ": " + std::to_string(held_out(device)) +
+           " held in this process (got or leased and not handed back, or idle in a thread's cache), " +
+           std::to_string(depots_.set_aside(device)) + " busy, " + std::to_string(depots_.retired(device)) +
+           " retired, " + std::to_string(depots_.idle(device)) + " idle in the depot";
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_no_idle_within(int device, const Deadline &deadline) const {
+    throw CapReachedError("evpool: " + std::string(deadline.operation) + " found no " + handle_noun<Backend>() +
+                              " of device " + std::to_string(device) + " idle within " +
+                              std::to_string(deadline.patience.count()) + " ns: " + describe_cap(device),
+                          device, depots_.max_kept(), held_out(device));
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_put_at_cap(int device) const {
+    const std::string noun = handle_noun<Backend>();
+    const std::string a_noun = (noun == "event" ? "an " : "a ") + noun;
+    throw CapReachedError("evpool: Put of " + a_noun + " the pool did not hand out refused: " +
+                              describe_cap(device) + "; the caller still owns the " + noun,
+                          device, depots_.max_kept(), held_out(device));
+  }
+
   [[noreturn, gnu::cold, gnu::noinline]] static void throw_empty_put() {
     throw std::invalid_argument(std::string("evpool: Put of an empty ") + handle_noun<Backend>());
   }
@@ -1067,6 +1209,11 @@ class HandlePoolCore final : private DeferredWork {
   // Leases, and the end of the pool (see the rationale).
   alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};
   atomic<bool> closed_{false};
+
+  // Gets waiting at the cap, of any device, and the cache flushes begun for them (written under the
+  // registry lock): wait_at_cap. Touched only by Gets at the cap.
+  alignas(kFalseSharingRange) atomic<std::uint32_t> waiting_at_cap_{0};
+  atomic<std::uint64_t> cache_flushes_{0};
 
   Registry registry_;
 };

@@ -12,14 +12,18 @@
 //
 //   reused      a Get that finds no idle handle takes a retired one instead of creating one
 //   destroyed   by a Get off its fast path (one that refills its cache or goes around it: every
-//               Get of a pool without caches), those that demand has shown surplus, at most
+//               Get of a pool without caches) or a thread's 256th Get of the device from its
+//               cache (its look), those that demand has shown surplus, at most
 //               kRetiredDestroyedPerGet at a time; every one by Trim, Purge (a snapshot, so that
 //               Puts meanwhile cannot keep them going) and the pool's end
 //   forgotten   in a fork() child, as the idle ones
 //
 // Surplus: a working set, as illumos kmem's depot keeps one for its magazines
-// (kmem_depot_ws_update, kmem_depot_ws_reap). Time is counted in Gets off the fast path, the only
-// calls that may destroy, and in windows of them. Each window remembers its low, the fewest handles
+// (kmem_depot_ws_update, kmem_depot_ws_reap). Time is counted in Gets, and in windows of them: a
+// Get off the fast path counts one; the Gets a thread's cache serves count in batches of 256, each
+// reported by the 256th (its look: a byte the owner's line holds counts them down, and the look
+// costs one relaxed load where nothing is retired), so that time passes whatever the caches
+// absorb. Each window remembers its low, the fewest handles
 // retired at any moment of it; the handles under both the last window's low and this one's so far
 // stayed retired through a whole window, unused, and only those are destroyed. A window lasts
 // retired_window_gets: 64 Gets, plus four times the handles that could serve its Gets, the retired
@@ -45,17 +49,27 @@
 //   Gets until a fallen demand's   75 / 2,200    150 / 46,600   807 /     1,947 /   4,227 /
 //   retired handles are all gone                                157,200   315,000   630,600
 //
-// (The last row: after two rounds of 600, rounds of 1 Get without caches, of 100 with them.)
-// Four times: a ramp that grows by one handle in four Gets off the fast path keeps its handles; the
-// price is how long a fallen demand keeps its own, about two windows. With caches only the Gets
-// that refill count, about one in a hundred in rounds of 100 Gets, hence the larger figures; a
-// thread whose cache absorbs all its calls never leaves the fast path, and its pool keeps its
-// retired handles until such a Get, Trim or Purge. What a window cannot see, it destroys: bursts
+// (The last row: after two rounds of 600, rounds of 1 Get without caches, of 100 with them; then
+// only the Gets that refilled counted, about one in a hundred, hence the larger figures, and with
+// rounds of 10, which the caches absorb whole, the retired handles stayed through 50 M Gets. With
+// the caches' looks, the same rounds of 10 destroy them all within the bound below.)
+// Four times: a ramp that grows by one handle in four Gets keeps its handles; the price is how long
+// a fallen demand keeps its own, about two windows. What a window cannot see, it destroys: bursts
 // that return after more than a window of smaller demand (600, then 50 rounds of 300 without
 // caches) find their handles gone and create them again, and a slower ramp creates part of its
 // handles each round. Rejected too, by reasoning rather than measure: destroying only on Gets that
 // found an idle handle without needing a retired one, which a ramp defeats, since its Gets
 // alternate between the two.
+//
+// How long a retired handle outlives its retirement: a stock of R retired handles that no Get takes
+// stays retired through the rest of the window in progress and one whole window, and is destroyed
+// during the next, kRetiredDestroyedPerGet per counted Get or look. A window that begins with R
+// retired lasts retired_window_gets(R, idle bound) Gets, rounded up to a look's 256 with caches. So
+// a stock of R is destroyed within about three windows plus R / kRetiredDestroyedPerGet counted
+// Gets (looks: times 256), and each thread's Gets count within 256 of being made; with no Get at
+// all, only Trim and Purge destroy (test/retired_events_test.cc,
+// RetiredHandlesGoWithinTheBoundEvenWhenTheCacheAbsorbsEveryGet: 540 retired after a peak of 600
+// and an idle limit of 4, rounds of 10 absorbed by the cache, all destroyed within that bound).
 //
 // Bound: a handle the pool created is retired only after it was out, and a Get creates only when
 // it finds neither an idle nor a retired one. So of the handles the pool created, those alive (out,
@@ -130,18 +144,21 @@ class RetiredHandles {
   /// The retired handles (for stats(); exact once no call is in progress).
   std::uint64_t count() const noexcept { return count_.value.load(std::memory_order_relaxed); }
 
-  /// A Get off its fast path on this device, after it took its handle: counts it in the working
-  /// set's window, closes the window if this Get was its last, and returns how many retired handles
-  /// the caller may destroy now, at most `most`: those that stayed retired through the whole last
+  /// `gets` Gets on this device (one Get off its fast path, or a thread cache's batch of them,
+  /// reported by its look), after the last took its handle: counts them in the working set's
+  /// window, closes the window if they reach its end, and returns how many retired handles the
+  /// caller may destroy now, at most `most`: those that stayed retired through the whole last
   /// window and this one so far. The caller destroys them through take(). `idle_bound`: the most
   /// handles the depot keeps idle (0 without a limit), which sets how long a window lasts.
-  std::uint32_t surplus_after_get(std::uint64_t idle_bound, std::uint32_t most) noexcept {
+  std::uint32_t surplus_after_gets(std::uint64_t idle_bound, std::uint32_t most, std::uint32_t gets) noexcept {
     // Nothing retired: this window's low is 0 (take() lowered it there), so nothing is surplus
     // until a whole window has passed with retired handles; the common case costs this one load.
     if (empty()) return 0;
     // Relaxed, here and for the marks: the window orders nothing (the stack publishes the handles);
     // a count read while others move magazines only makes one window a little longer or shorter.
-    if (window_.value.gets_left.fetch_sub(1, std::memory_order_relaxed) == 1) close_window(idle_bound);
+    // The one whose Gets reach the end closes the window; the others found it open or closing.
+    const std::int64_t left = window_.value.gets_left.fetch_sub(gets, std::memory_order_relaxed);
+    if (left > 0 && left <= static_cast<std::int64_t>(gets)) close_window(idle_bound);
     std::uint64_t marks = window_.value.marks.load(std::memory_order_relaxed);
     for (;;) {
       const std::uint32_t surplus = std::min({earlier_low(marks), current_low(marks), most});

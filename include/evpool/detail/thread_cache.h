@@ -74,8 +74,9 @@
 //   [384, 512)   owners, abandoned, the pool, the registry link: written a few times in the
 //                cache's life
 //   [512, ...)   the magazine table, one 64-byte DeviceMagazines per device (two 24-byte slots,
-//                the count of adopted Puts, the fill limit, the trades and top_idle), written by
-//                the owner on every call; rounded up to whole lines
+//                the count of adopted Puts, the fill limit, the trades, top_idle and the Gets
+//                until the next look at the retired handles), written by the owner on every
+//                call; rounded up to whole lines
 //
 // The table lies behind the object, as LLVM's TrailingObjects lays out its trailing arrays, so the
 // fast path finds a device's slots at a constant offset from the cache. Nothing another thread
@@ -137,6 +138,9 @@ class ThreadCache final : public ThreadCacheLink {
     /// was. Written only inside the owner's sections, and reset with the whole entry in a fork
     /// child (forget_in_child); no purger reads it.
     bool top_idle = false;
+    /// Gets served here until the next looks at the device's retired handles (wrapping: every
+    /// 256th Get; HandlePoolCore::obtain_and_look). Only the owner reads and writes it.
+    std::uint8_t gets_until_look = 0;
 
     std::uint64_t gets() const noexcept { return loaded.gets() + previous.gets(); }
     /// Whether a Put may go into the loaded magazine: one is held, filled below the limit.
