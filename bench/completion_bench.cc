@@ -125,6 +125,7 @@
 #include "competitors/host_func_completions.h"
 #include "competitors/poll_all_events.h"
 #include "evpool/completion_queue.h"
+#include "evpool/cuda_error.h"
 #include "evpool/detail/backoff.h"
 
 namespace evpool::bench {
@@ -142,7 +143,7 @@ constexpr std::size_t kMinSamplesPerThread = 4096;
 
 void check(cudaError_t error, const char *what) {
   if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::fprintf(stderr, "%s: %s\n", what, evpool::describe_cuda_error(error).c_str());
     std::exit(1);
   }
 }

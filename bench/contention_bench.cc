@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "contention_case.h"
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event_backend.h"
 #include "evpool/host_backend.h"
 #include "variants.h"
@@ -135,11 +136,11 @@ VisibleGpus visible_gpus() {
   if (status != cudaSuccess || gpus.count == 0) {
     cudaGetLastError();
     gpus.count = 0;
-    gpus.description =
-        std::string("none (") +
-        (status != cudaSuccess ? std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status)
-                               : std::string("no device")) +
-        "): host backend only";
+    gpus.description = std::string("none (") +
+                       (status != cudaSuccess
+                            ? std::string(cudaGetErrorName(status)) + ": " + evpool::describe_cuda_error(status)
+                            : std::string("no device")) +
+                       "): host backend only";
     return gpus;
   }
   cudaDeviceProp properties{};

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "evpool/cuda_error.h"
 #include "gpu_streams.h"
 #include "stream_wait_via.h"
 #include "variants.h"
@@ -365,7 +366,8 @@ struct Case {
       const double all = static_cast<double>(all_events.load());
       if (span_s > 0) state.counters["wall_items_per_second"] = all / span_s;
     }
-    if (errors.error() != cudaSuccess) state.SkipWithError(cudaGetErrorString(errors.error()));
+    if (errors.error() != cudaSuccess)
+      state.SkipWithError(evpool::describe_cuda_error(errors.error()).c_str());
     state.SetItemsProcessed(events);
     if (thread == 0) {
       state.counters["events_created"] = static_cast<double>(variant->events_created());

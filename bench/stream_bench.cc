@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "evpool/cuda_error.h"
 #include "batch_ring.h"
 #include "stream_variants.h"
 
@@ -52,7 +53,7 @@ constexpr int kLoopBound = 256;
 
 void check(cudaError_t error, const char *what) {
   if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::fprintf(stderr, "%s: %s\n", what, evpool::describe_cuda_error(error).c_str());
     std::exit(1);
   }
 }

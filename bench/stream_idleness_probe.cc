@@ -33,13 +33,15 @@
 #include <thread>
 #include <vector>
 
+#include "evpool/cuda_error.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 void check(cudaError_t error, const char *what) {
   if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::fprintf(stderr, "%s: %s\n", what, evpool::describe_cuda_error(error).c_str());
     std::exit(1);
   }
 }

@@ -55,7 +55,9 @@ std::string describe_stack(void *const *frames, int depth, const char *indent) {
   std::map<std::string, std::vector<std::uintptr_t>> addresses_by_object;  // for addr2line
   for (int frame = 0; frame < depth; ++frame) {
     const auto address = reinterpret_cast<std::uintptr_t>(frames[frame]);
-    text += indent + ("#" + std::to_string(frame) + " ");
+    // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, a false positive: GCC bugs 105329, 105651)
+    // on `literal + std::string` here, which fails a release build with -Dwerror=true.
+    text.append(indent).append("#").append(std::to_string(frame)).append(" ");
     Dl_info info{};
     link_map *map = nullptr;
     if (::dladdr1(frames[frame], &info, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) == 0 || map == nullptr) {
@@ -79,8 +81,8 @@ std::string describe_stack(void *const *frames, int depth, const char *indent) {
     addresses_by_object[object].push_back(offset - 1);
   }
   for (const auto &[object, addresses] : addresses_by_object) {
-    text += indent + std::string("names and lines: addr2line -C -f -i -e ") + object;
-    for (std::uintptr_t address : addresses) text += " " + hex(address);
+    text.append(indent).append("names and lines: addr2line -C -f -i -e ").append(object);
+    for (std::uintptr_t address : addresses) text.append(" ").append(hex(address));
     text += "\n";
   }
   return text;

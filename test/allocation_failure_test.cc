@@ -232,7 +232,7 @@ TYPED_TEST(AllocationFailure, ASharedLeaseAllocatesNoBlockOnceItsThreadHasEndedO
     auto copy = lease;
   }
   allocations_until_failure = 0;
-  if constexpr (kCached<TypeParam>) {
+  if (test::caches_on<TypeParam>()) {
     auto lease = pool.LeaseShared(0);
     allocations_until_failure = -1;
     ASSERT_TRUE(lease);
@@ -258,6 +258,7 @@ TYPED_TEST(AllocationFailure, ASharedLeaseAllocatesNoBlockOnceItsThreadHasEndedO
 // exiting thread keeps its last stack (the leases past 48 allocate), or if Purge keeps them.
 TYPED_TEST(AllocationFailure, SharedLeasesEndedOnAnotherThreadComeBackWithoutAllocating) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend backend(1);
     typename TestFixture::Pool pool(backend);
     constexpr int kLeases = 64;  // four stacks of spare blocks
@@ -291,6 +292,7 @@ TYPED_TEST(AllocationFailure, SharedLeasesEndedOnAnotherThreadComeBackWithoutAll
 // or a stack miscounts its blocks (a block goes missing, and a later lease allocates).
 TYPED_TEST(AllocationFailure, HandOversReuseTheNodesOfTakenBundles) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend backend(1);
     typename TestFixture::Pool pool(backend);
     constexpr int kLeases = 17;  // one more than a cache's spare stack holds
@@ -317,6 +319,7 @@ TYPED_TEST(AllocationFailure, HandOversReuseTheNodesOfTakenBundles) {
 // ender's stripe then runs out of nodes, and new ones come a chunk at a time).
 TYPED_TEST(AllocationFailure, TakenBundlesNodesGoBackToTheirGiversStripe) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend backend(1);
     typename TestFixture::Pool pool(backend);
     constexpr int kLeases = 64, kWarmRounds = 2, kRounds = kWarmRounds + 100;
@@ -352,6 +355,7 @@ TYPED_TEST(AllocationFailure, TakenBundlesNodesGoBackToTheirGiversStripe) {
 // hand-over loses the stack (the 16 leases allocate; ASan also reports them leaked).
 TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend backend(1);
     typename TestFixture::Pool pool(backend);
     constexpr int kStack = 16;  // SpareBlocks::kCapacity
@@ -377,6 +381,7 @@ TYPED_TEST(AllocationFailure, AHandOverWithoutMemoryLeavesTheStackWithItsThread)
 // that outlives the pool ends. Fails if close leaves them to the core's destructor.
 TYPED_TEST(AllocationFailure, DestroyingThePoolDeletesTheDepotsBlocksWhileALeaseLives) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     using Pool = typename TestFixture::Pool;
     using Block = detail::SharedLeaseBlock<detail::HandlePoolCore<HostBackend, TypeParam>>;
     HostBackend backend(1);
@@ -415,6 +420,7 @@ struct GatedBackend : HostBackend {
 // the cache instead (the beginner's 16 leases allocate).
 TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend counters(1);
     GatedBackend backend(counters);
     auto on_destroy = backend.on_destroy;
@@ -450,6 +456,7 @@ TYPED_TEST(AllocationFailure, TheBlocksOfAThreadThatExitsDuringAPurgeComeBack) {
 // cache drops the block it is handed, or takes another.
 TYPED_TEST(AllocationFailure, ASpareBlockSurvivesAnEmptyMagazineAndAFailedCreate) {
   if constexpr (kCached<TypeParam>) {
+    if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
     HostBackend backend(1);
     typename TestFixture::Pool pool(backend);
     for (int warm = 0; warm < 2; ++warm) (void)pool.LeaseShared(0);  // a spare block, a magazine

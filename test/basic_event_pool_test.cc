@@ -202,9 +202,9 @@ TYPED_TEST(BasicHandlePoolTest, NodeCountIsThePeakOfIdleEventsOrOfMagazines) {
   std::vector<Event> events;
   for (int i = 0; i < 10; ++i) events.push_back(this->pool.Get(i % 3));
   for (Event &event : events) this->pool.Put(std::move(event));
-  // Without caches a node holds one event; with them, one magazine per device holds all of its
-  // (at most 4 here) idle events.
-  const std::size_t expected = kCached<TypeParam> ? 3u : 10u;
+  // Without caches (none in the policy, or a checked pool) a node holds one event; with them, one
+  // magazine per device holds all of its (at most 4 here) idle events.
+  const std::size_t expected = test::caches_on<TypeParam>() ? 3u : 10u;
   EXPECT_EQ(this->pool.node_count(), expected);
   for (int round = 0; round < 5; ++round) {
     Event event = this->pool.Get(round % 3);
@@ -219,11 +219,11 @@ TYPED_TEST(BasicHandlePoolTest, AThreadsFirstMagazinesHoldTheStartCapacity) {
   // magazines to grow). Without caches, a node each.
   constexpr std::size_t kStart = TypeParam::cache_start_capacity;
   static_assert(!kCached<TypeParam> || TypeParam::cache_growth_trades > 1);
-  const std::size_t count = kCached<TypeParam> ? 2 * kStart + 1 : 5;
+  const std::size_t count = test::caches_on<TypeParam>() ? 2 * kStart + 1 : 5;
   std::vector<Event> events;
   for (std::size_t i = 0; i < count; ++i) events.push_back(this->pool.Get(0));
   for (Event &event : events) this->pool.Put(std::move(event));
-  EXPECT_EQ(this->pool.node_count(), kCached<TypeParam> ? 3u : count);
+  EXPECT_EQ(this->pool.node_count(), test::caches_on<TypeParam>() ? 3u : count);
   events.clear();
   for (std::size_t i = 0; i < count; ++i) events.push_back(this->pool.Get(0));
   EXPECT_EQ(this->backend.created(), count) << "every idle event comes back, cache and depot";

@@ -128,6 +128,7 @@ TYPED_TEST(BusyStreams, ABareStreamIsFiledUnderTheDeviceItTells) {
 // The cache's order: a busy newest stream makes the Get take the oldest of the loaded magazine,
 // and the busy one stays on top; two queries, no stream created.
 TEST(BusyStreamsCached, ABusyNewestStreamIsPassedOverForTheOldestOfTheMagazine) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostStreamBackend backend(1);
   BasicHandlePool<HostStreamBackend> pool(backend);
   std::vector<Stream> streams;
@@ -216,7 +217,9 @@ TEST(BusyStreamsCached, ASharedLeaseWhoseCreateFailsPastABusyStreamHoldsNothing)
   EXPECT_THROW((void)pool.LeaseShared(0), HostBackendFault);
   backend.inject_create_fault({});
   const DeviceStats figures = pool.stats().total();
-  EXPECT_EQ(figures.idle, 1u) << "the busy stream stays in the pool";
+  // Idle on top of the cache; or set aside as busy where a checked pool, which keeps no cache,
+  // found it busy in the depot.
+  EXPECT_EQ(figures.idle + figures.busy, 1u) << "the busy stream stays in the pool";
   EXPECT_EQ(figures.outstanding, 0);
 }
 

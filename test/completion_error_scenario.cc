@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "evpool/completion_queue.h"
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event_pool.h"
 #include "support/ptx_kernels.h"
 
@@ -56,7 +57,8 @@ int main(int argc, char **argv) {
                                               : evpool::CompletionSignal::kEventQuery;
   int devices = 0;
   if (const cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "needs a GPU: %s\n", error != cudaSuccess ? cudaGetErrorString(error) : "no device");
+    std::fprintf(stderr, "needs a GPU: %s\n",
+                 error != cudaSuccess ? evpool::describe_cuda_error(error).c_str() : "no device");
     return 77;
   }
   if (cudaSetDevice(0) != cudaSuccess) return 3;

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "evpool/cuda_error.h"
+
 namespace evpool::testing_support {
 
 struct CudaAvailability {
@@ -18,8 +20,8 @@ inline CudaAvailability cuda_availability() {
   if (error != cudaSuccess) {
     cudaGetLastError();
     result.devices = 0;
-    result.why_not =
-        std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + ": " + cudaGetErrorString(error);
+    result.why_not = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + ": " +
+                     evpool::describe_cuda_error(error);
   } else if (result.devices == 0) {
     result.why_not = "no CUDA device is visible";
   }

@@ -118,8 +118,35 @@ TEST(CUDAEventPoolWithoutGpu, ConstructionThrowsCudaErrorWithCudasMessage) {
   } catch (const CUDAError &error) {
     EXPECT_NE(error.error(), cudaSuccess);
     EXPECT_THAT(error.what(), HasSubstr("cudaGetDeviceCount failed"));
-    EXPECT_THAT(error.what(), HasSubstr(cudaGetErrorString(error.error())));
+    EXPECT_THAT(error.what(), HasSubstr(describe_cuda_error(error.error())));
   }
+}
+
+// Without a driver the runtime says cudaErrorInsufficientDriver, "CUDA driver version is
+// insufficient for CUDA runtime version", which sends a reader to upgrade a driver the machine
+// does not have: the message says that none was found, and keeps CUDA's name and number.
+TEST(CUDAErrorWithoutADriver, SaysThatNoDriverWasFound) {
+  int driver_version = -1;
+  ASSERT_EQ(cudaDriverGetVersion(&driver_version), cudaSuccess);
+  if (driver_version != 0)
+    GTEST_SKIP() << "checks the message where no CUDA driver is installed, and this machine has one";
+  EXPECT_EQ(describe_cuda_error(cudaErrorInsufficientDriver),
+            "no CUDA driver was found (no GPU, or the driver is not installed)");
+  const CUDAError error(cudaErrorInsufficientDriver, "cudaGetDeviceCount");
+  EXPECT_STREQ(error.what(), "evpool: cudaGetDeviceCount failed: no CUDA driver was found (no GPU, or the driver is not "
+                             "installed) (cudaErrorInsufficientDriver, 35)");
+  try {
+    CUDAEventPool pool;
+    ADD_FAILURE() << "no exception";
+  } catch (const CUDAError &refused) {
+    EXPECT_THAT(refused.what(), HasSubstr("no CUDA driver was found"));
+    EXPECT_THAT(refused.what(), testing::Not(HasSubstr("insufficient")));
+  }
+}
+
+TEST(CUDAError, OtherErrorsKeepCudasOwnDescription) {
+  EXPECT_EQ(describe_cuda_error(cudaErrorInvalidDevice), cudaGetErrorString(cudaErrorInvalidDevice));
+  EXPECT_EQ(describe_cuda_error(cudaErrorInvalidValue), cudaGetErrorString(cudaErrorInvalidValue));
 }
 
 TEST(CUDAEventPoolWithoutGpu, InstanceThrowsCudaErrorAndCanBeRetried) {

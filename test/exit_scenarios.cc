@@ -14,6 +14,7 @@
 #include "evpool/basic_completion_queue.h"
 #include "evpool/basic_handle_pool.h"
 #include "evpool/completion_queue.h"
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/host_backend.h"
@@ -31,7 +32,7 @@ evpool::CUDAEventPool *pool_destroyed_after_runtime_unloads = nullptr;
 void require_gpu() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "needs a GPU: %s\n", cudaGetErrorString(cudaGetLastError()));
+    std::fprintf(stderr, "needs a GPU: %s\n", evpool::describe_cuda_error(cudaGetLastError()).c_str());
     std::exit(77);
   }
 }

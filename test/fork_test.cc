@@ -46,6 +46,7 @@ using test::in_child;
 // Both hints of the forking thread's directory name caches of the parent: the child starts with
 // neither (thread_cache_directory.h), so that its first call on either pool makes the fork check.
 TEST(PoolAfterFork, TheChildStartsWithNoHint) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool a(backend), b(backend);
   a.Put(a.Get(0));
@@ -138,6 +139,7 @@ TEST(PoolAfterFork, AnUncachedPoolsChildNeitherHandsOutNorLosesEvents) {
 // Where membarrier is refused, the caches a child forgets reopen in the state that sends their
 // owner through its full fence (thread_cache.h). Fails if forget_in_child reopens them as kOpen.
 TEST(PoolAfterFork, AChildsForgottenCachesStillMakeTheirOwnerFenceFully) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   using FencedPool = BasicHandlePool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   FencedPool pool(backend);
@@ -373,6 +375,7 @@ struct ReportAtThreadExit {
 // limit, 2 here, would destroy what does not fit) nor let its Gets hand one out. (The hint is put
 // back by hand here, as the interrupted lookup would set it.)
 TEST(PoolAfterFork, AFlushThroughAHintThatSurvivedTheForkMovesNoneOfTheParentsEvents) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend, HostBackend::kDefaultOptions, /*max_idle_per_device=*/2);
   fill(pool, 0, 4);  // 4 idle in this thread's cache, none in the depot
@@ -467,6 +470,7 @@ void stop_stepping() { asm volatile("pushfq\n\tandq $~0x100, (%%rsp)\n\tpopfq" :
 #endif
 
 TEST(PoolAfterFork, AForkInsideHintLeavesTheChildNoHintItsLookupDidNotCheck) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
 #if !defined(__x86_64__)
   GTEST_SKIP() << "single-steps with x86-64's trap flag";
 #else

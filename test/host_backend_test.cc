@@ -1,9 +1,12 @@
 #include "evpool/host_backend.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "evpool/handle_backend.h"
 
@@ -30,6 +33,39 @@ TEST(HostBackend, TokensEncodeTheirDeviceAndAreUnique) {
   EXPECT_EQ(backend.created(), 3u);
   EXPECT_THROW(backend.create(0, 4), std::out_of_range);
   EXPECT_THROW(backend.create(0, -1), std::out_of_range);
+}
+
+// Checked pools compare handles by value across pools (detail/handle_checker.h), as CUDA keeps
+// live handles unique in the process: tokens of two live backends must differ too, while each
+// backend's serials still count from 1.
+TEST(HostBackend, TokensOfTwoLiveBackendsDifferAndEachCountsFromOne) {
+  HostBackend first(1), second(1);
+  const auto a = first.create(0, 0);
+  const auto b = second.create(0, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(HostBackend::serial_of(a), 1u);
+  EXPECT_EQ(HostBackend::serial_of(b), 1u);
+  EXPECT_EQ(HostBackend::device_of(b), 0);
+  EXPECT_NE(HostBackend::backend_slot_of(a), HostBackend::backend_slot_of(b));
+  HostBackend copy = second;  // copies share one state, and so one slot
+  EXPECT_EQ(HostBackend::backend_slot_of(copy.create(0, 0)), HostBackend::backend_slot_of(b));
+}
+
+// A backend's slot is free again once its last copy is gone; only kMaxLiveBackends backends alive
+// at once are refused one.
+TEST(HostBackend, SlotsComeBackWhenTheirBackendDies) {
+  std::vector<HostBackend> alive;
+  try {
+    for (int i = 0; i <= HostBackend::kMaxLiveBackends; ++i) alive.emplace_back(1);
+    ADD_FAILURE() << "more than kMaxLiveBackends backends alive at once";
+  } catch (const std::length_error &error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("more than 4096 HostBackends alive at once"));
+  }
+  ASSERT_FALSE(alive.empty());
+  const int freed = HostBackend::backend_slot_of(alive.front().create(0, 0));
+  alive.erase(alive.begin());
+  HostBackend next(1);
+  EXPECT_EQ(HostBackend::backend_slot_of(next.create(0, 0)), freed);
 }
 
 TEST(HostBackend, EventsDestroyTheirTokenOnceWhenTheyDie) {

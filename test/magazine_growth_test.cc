@@ -19,6 +19,7 @@
 #include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "support/idle_events.h"
+#include "pool_policies.h"
 
 namespace evpool {
 namespace {
@@ -57,6 +58,7 @@ std::uint64_t depot_gain_from_putting_back(Pool &pool, std::vector<Event> &held)
 }
 
 TEST(MagazineGrowth, AThreadThatOnlyPutsSoonFillsItsMagazinesToTheCapacity) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   constexpr std::size_t kEvents = 16 * kCapacity;
@@ -72,6 +74,7 @@ TEST(MagazineGrowth, AThreadThatOnlyPutsSoonFillsItsMagazinesToTheCapacity) {
 }
 
 TEST(MagazineGrowth, TheFillDoublesAtTheGrowthTradeExactly) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   std::vector<Event> held = get(pool, 7 * kStart + 1);  // all created first: the Gets trade nothing
@@ -86,6 +89,7 @@ TEST(MagazineGrowth, TheFillDoublesAtTheGrowthTradeExactly) {
 }
 
 TEST(MagazineGrowth, AThreadWhoseGetsAndPutsBalanceKeepsTheStartFill) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   // A million Gets and Puts from the cache: no trade (the first Put only loads an empty
@@ -107,6 +111,7 @@ void grow(Pool &pool) {
 void grow_and_exit(Pool &pool) { get_and_put(pool, 16 * kCapacity); }
 
 TEST(MagazineGrowth, PurgeStartsTheGrowthOver) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   grow(pool);
@@ -116,6 +121,7 @@ TEST(MagazineGrowth, PurgeStartsTheGrowthOver) {
 }
 
 TEST(MagazineGrowth, PurgeStartsTheTradeCountOverToo) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   std::vector<Event> held = get(pool, 5 * kStart);  // first, so that getting them trades nothing
@@ -128,6 +134,7 @@ TEST(MagazineGrowth, PurgeStartsTheTradeCountOverToo) {
 }
 
 TEST(MagazineGrowth, FlushThreadCacheKeepsTheGrowth) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   grow(pool);
@@ -137,6 +144,7 @@ TEST(MagazineGrowth, FlushThreadCacheKeepsTheGrowth) {
 }
 
 TEST(MagazineGrowth, TakingFilledMagazinesFromTheDepotGrowsTheFillToo) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   pool.Reserve(0, 16 * kCapacity);                      // magazines of start events
@@ -147,6 +155,7 @@ TEST(MagazineGrowth, TakingFilledMagazinesFromTheDepotGrowsTheFillToo) {
 }
 
 TEST(MagazineGrowth, EndingLeasesFillsToTheLimitLikePut) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   std::vector<Pool::unique_lease> leases;
@@ -209,6 +218,7 @@ TEST(MagazineGrowth, AMagazineFullerThanTheTakersLimitIsNeverOverfilled) {
 }
 
 TEST(MagazineGrowth, TrimStartsTheGrowthOver) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   Pool pool(backend);
   grow(pool);

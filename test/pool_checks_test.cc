@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,16 +28,26 @@ using Pool = BasicHandlePool<HostBackend>;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Sets EVPOOL_CHECKED for the scope (unset: nullptr) and restores the absence after.
+// Sets EVPOOL_CHECKED for the scope (unset: nullptr), and restores the value it had after: the
+// suites also run under EVPOOL_CHECKED=1 (tools/test), where the tests that follow must still see it.
 class ScopedCheckedVariable {
  public:
   explicit ScopedCheckedVariable(const char *value) {
+    if (const char *before = std::getenv("EVPOOL_CHECKED")) before_ = before;
+    set(value);
+  }
+  ~ScopedCheckedVariable() { set(before_ ? before_->c_str() : nullptr); }
+  ScopedCheckedVariable(const ScopedCheckedVariable &) = delete;
+  ScopedCheckedVariable &operator=(const ScopedCheckedVariable &) = delete;
+
+ private:
+  static void set(const char *value) {
     if (value != nullptr)
       ::setenv("EVPOOL_CHECKED", value, 1);
     else
       ::unsetenv("EVPOOL_CHECKED");
   }
-  ~ScopedCheckedVariable() { ::unsetenv("EVPOOL_CHECKED"); }
+  std::optional<std::string> before_;
 };
 
 // Gets every idle event of each device, until the pool must create: none may come twice.
@@ -268,6 +279,19 @@ TEST(CheckedPool, ADuplicateOfAnEventIdleInAnotherCheckedPoolIsADoublePut) {
   holder.Put(backend.adopt(token, 0));
 }
 
+// Tokens of another backend are other handles, as events of one process are (host_backend.h):
+// a checked pool takes them as from outside, however their serial numbers compare.
+TEST(CheckedPool, AnotherBackendsTokensAreNotTakenForThePoolsOwn) {
+  HostBackend backend(1), outsider(1);
+  Pool pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn);
+  Event held = pool.Get(0);  // serial 1 of `backend`, outstanding
+  pool.Put(pool.Get(0));     // serial 2, idle
+  EXPECT_NO_THROW(pool.Put(outsider.adopt(outsider.create(0, 0), -1))) << "serial 1 of the outsider";
+  EXPECT_NO_THROW(pool.Put(outsider.adopt(outsider.create(0, 0), -1))) << "serial 2 of the outsider";
+  pool.Put(std::move(held));
+  EXPECT_EQ(pool.stats().devices[0].idle, 4u);
+}
+
 // What must still be accepted: a bare handle that no pool handed out, and an event whose pool is
 // gone (its checker left the list with it).
 TEST(CheckedPool, AdoptedHandlesThatNoLivePoolHandedOutAreStillAccepted) {
@@ -334,6 +358,7 @@ TEST(CheckedPool, TheReportSaysHowToGetTheFunctionsAndLinesOfAGet) {
 }
 
 TEST(UncheckedPool, OutstandingEventsAreReportedAsCounts) {
+  const ScopedCheckedVariable off("0");  // unchecked, also in the suites' EVPOOL_CHECKED=1 run
   HostBackend backend(2);
   std::vector<Event> kept;
   testing::internal::CaptureStderr();
@@ -348,6 +373,7 @@ TEST(UncheckedPool, OutstandingEventsAreReportedAsCounts) {
 }
 
 TEST(UncheckedPool, APoolWithNothingOutstandingReportsNothing) {
+  const ScopedCheckedVariable off("0");
   HostBackend backend(2);
   testing::internal::CaptureStderr();
   {
@@ -371,6 +397,16 @@ TEST(CheckedEnvironment, ZeroEmptyOrUnsetLeaveThemOffAndKOnStillWins) {
     EXPECT_FALSE(Pool{HostBackend(1)}.checked()) << (value ? value : "(unset)");
     EXPECT_TRUE(Pool(HostBackend(1), HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kOn).checked());
   }
+}
+
+// The tests that set the variable leave it as they found it: the suites' EVPOOL_CHECKED=1 run
+// must stay checked past them.
+TEST(CheckedEnvironment, ATestThatSetsTheVariableRestoresIt) {
+  const ScopedCheckedVariable outer("1");
+  { const ScopedCheckedVariable inner("0"); }
+  EXPECT_TRUE(Pool{HostBackend(1)}.checked());
+  { const ScopedCheckedVariable inner(nullptr); }
+  EXPECT_STREQ(std::getenv("EVPOOL_CHECKED"), "1");
 }
 
 TEST(CheckedEnvironment, AnyOtherValueIsRefusedByName) {

@@ -16,12 +16,26 @@
 
 #include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
+#include "evpool/pool_checks.h"
 #include "evpool/pool_policy.h"
 
 namespace evpool::test {
 
 template <class Policy>
 inline constexpr bool kCached = Policy::cache_capacity > 0;
+
+/// Whether the pools a test makes without Checks::kOn are checked: the suites run a second time
+/// under EVPOOL_CHECKED=1 (tools/test --full), and a checked pool keeps no thread caches
+/// (pool_checks.h). A test whose claim is about the caches skips then, giving kNoCachesWhenChecked.
+inline bool pools_are_checked() { return detail::checks_requested_by_environment(); }
+inline constexpr const char *kNoCachesWhenChecked =
+    "EVPOOL_CHECKED=1: checked pools keep no thread caches, which this test is about";
+
+/// Whether pools of `Policy` made without Checks::kOn keep thread caches in this run.
+template <class Policy>
+bool caches_on() {
+  return kCached<Policy> && !pools_are_checked();
+}
 
 /// Idle events one thread's cache may hold per device: a loaded and a previous magazine.
 template <class Policy>

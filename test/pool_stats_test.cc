@@ -23,7 +23,6 @@ namespace {
 
 using Event = HostBackend::Event;
 using test::BothPolicies;
-using test::kCached;
 using test::PolicyName;
 
 template <class Policy>
@@ -67,7 +66,7 @@ TYPED_TEST(PoolStatsTest, OneThreadsCallsAreCountedExactly) {
   EXPECT_EQ(figures.outstanding, 2);
   EXPECT_EQ(figures.idle, 8u);
   EXPECT_EQ(figures.outstanding_peak_bound, 10u) << "8 created at most, plus 2 adopted";
-  if (kCached<TypeParam>) {
+  if (test::caches_on<TypeParam>()) {
     EXPECT_EQ(figures.idle_in_caches, 8u) << "Puts go to the calling thread's cache";
   } else {
     EXPECT_EQ(figures.idle_in_depot, 8u);
@@ -205,8 +204,11 @@ TYPED_TEST(PoolStatsTest, ReadsTheCachesOfThreadsThatAreAliveButIdle) {
   EXPECT_EQ(figures.gets, std::uint64_t{kThreads * kHeld});
   EXPECT_EQ(figures.puts, std::uint64_t{kThreads * kHeld});
   EXPECT_EQ(figures.idle, backend.created()) << "every event created is back";
-  if (kCached<TypeParam>) {  // each thread's events stay in its own cache
+  if (test::caches_on<TypeParam>()) {  // each thread's events stay in its own cache
     EXPECT_EQ(figures.idle_in_caches, std::uint64_t{kThreads * kHeld});
+  } else {  // no caches (none in the policy, or checked): every Put went to the depot
+    EXPECT_EQ(figures.idle_in_depot, backend.created());
+    EXPECT_EQ(figures.idle_in_caches, 0u);
   }
 }
 

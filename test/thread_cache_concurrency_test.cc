@@ -41,7 +41,6 @@ namespace {
 using Event = HostBackend::Event;
 using Token = HostBackend::handle_type;
 using test::CachePolicies;
-using test::kCached;
 using test::kPerThreadCacheBound;
 using test::PolicyName;
 
@@ -230,8 +229,9 @@ TYPED_TEST(ThreadCacheConcurrency, PurgeRacingGetsAndPutsDestroysTheCachesOfSlee
   typename TestFixture::Pool pool(backend);
   // Without caches the sleepers' events lie in device 0's depot, where workers would take them
   // (and then rightly keep them through a Purge): there the workers keep to device 1.
-  const int worker_devices = kCached<typename TestFixture::Policy> ? 2 : 1;
-  const int first_worker_device = kCached<typename TestFixture::Policy> ? 0 : 1;
+  const bool caches = test::caches_on<typename TestFixture::Policy>();  // none in a checked pool
+  const int worker_devices = caches ? 2 : 1;
+  const int first_worker_device = caches ? 0 : 1;
 
   std::set<Token> sleeping;
   std::mutex sleeping_mutex;

@@ -88,7 +88,7 @@ TYPED_TEST(ThreadCache, AThreadsPutsStayInItsCacheBeforeAndAfterAPurge) {
   HostBackend backend(1);
   typename TestFixture::Pool pool(backend);
   const auto idle_in_caches = [&] { return pool.stats().devices[0].idle_in_caches; };
-  const std::uint64_t expected = test::kCached<TypeParam> ? 3 : 0;
+  const std::uint64_t expected = test::caches_on<TypeParam>() ? 3 : 0;
   testing_support::fill(pool, 0, 3);
   EXPECT_EQ(idle_in_caches(), expected);
   pool.Purge();
@@ -102,6 +102,7 @@ TYPED_TEST(ThreadCache, AThreadsPutsStayInItsCacheBeforeAndAfterAPurge) {
 // its owner through the full fence. Fails if any of them opens it as kOpen, or if the fenced path
 // skips the fence.
 TEST(FencedThreadCache, EveryWayACacheOpensMakesItsOwnerFenceFully) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   using Pool = BasicHandlePool<HostBackend, test::OwnersFenceFullyPolicy>;
   HostBackend backend(1);
   Pool pool(backend);
@@ -403,6 +404,7 @@ namespace {
 // A thread that uses two pools in turn finds both caches through the directory's two hints: no
 // call takes the slow lookup, which would reorder the hints (thread_cache_directory.h).
 TEST(ThreadCacheHints, TwoPoolsUsedInTurnStayHinted) {
+  if (test::pools_are_checked()) GTEST_SKIP() << test::kNoCachesWhenChecked;
   HostBackend backend(1);
   BasicHandlePool<HostBackend> a(backend), b(backend);
   a.Put(a.Get(0));

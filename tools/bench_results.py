@@ -310,10 +310,42 @@ def plot(table, context, out_dir, known=NO_CATALOGUE):
     return paths
 
 
+BENCHMARKS_DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def documented(kind):
+    """{name: what it is} from docs/benchmarks.md's table whose first column is `kind` ("variant" or
+    "workload"), the one place that says what each is; a row naming several (`a`, `b`) gives each."""
+    described, in_table = {}, False
+    lines = BENCHMARKS_DOC.read_text().splitlines() if BENCHMARKS_DOC.is_file() else []
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == kind:
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and len(cells) >= 2 and not set(cells[0]) <= set("-: "):
+            for name in re.findall(r"`([^`]+)`", cells[0]):
+                described[name] = cells[1].replace("`", "")
+    return described
+
+
+def legend(table, known=NO_CATALOGUE):
+    """What each variant of the run is, from docs/benchmarks.md, and where the workloads are said."""
+    described = documented("variant")
+    variants = _ordered({v for by_variant in table.values() for v in by_variant}, known["variants"])
+    width = max((len(v) for v in variants), default=0)
+    lines = ["Variants (docs/benchmarks.md, \"Method\", says more of each, and what each workload does):"]
+    for variant in variants:
+        lines.append(f"  {variant.ljust(width)}  {described.get(variant, '(not described in docs/benchmarks.md)')}")
+    return "\n".join(lines)
+
+
 def report(json_path, out_dir):
     context, table = load(json_path)
     known = catalogue(context)
     overview = summary(table, known)
+    print(legend(table, known) + "\n")
     if overview:
         print(overview)
         print("\nDetail: every variant, per workload")

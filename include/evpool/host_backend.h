@@ -3,12 +3,20 @@
 // Design rationale
 // ----------------
 // HostBackend lets the real pool code run where no GPU exists. Its "events" are 64-bit tokens that
-// encode the device they were created on and a serial number unique for the backend's lifetime:
+// encode the device they were created on, the backend that created them, and a serial number:
 //
-//    63          48 47                                          0
-//   +--------------+---------------------------------------------+
-//   |    device    |  serial (1, 2, 3, ... in order of creation) |
-//   +--------------+---------------------------------------------+
+//    63          48 47          36 35                               0
+//   +--------------+--------------+----------------------------------+
+//   |    device    | backend slot | serial (1, 2, 3, ... per backend) |
+//   +--------------+--------------+----------------------------------+
+//
+// The backend slot makes tokens unique in the process, as CUDA keeps live handles unique: checked
+// pools (pool_checks.h) compare handles by value across pools, and two backends that both numbered
+// from 1 made a token of one backend pass for another backend's (a false double Put). A slot is
+// held from the backend's creation to the destruction of its last copy, then free for a later
+// backend: by then every token of the old one is gone (a backend outlives its tokens), just as CUDA
+// reuses a destroyed handle's value. The serial still counts from 1 per backend, so tests can index
+// tables by it.
 //
 // so a test can tell, from a token alone, which device it belongs to and whether two holders have
 // the same one. The backend counts creates and destroys, and injects faults: a chosen create
@@ -48,6 +56,10 @@ class EVPOOL_API HostBackend {
   static constexpr unsigned kDefaultOptions = 0;
   static constexpr const char *kHandleNoun = "event";  // what its tokens stand for
   static constexpr int kMaxDevices = 1 << 15;
+  /// How many backends (counting copies as one) may be alive at once in a process.
+  static constexpr int kMaxLiveBackends = 1 << 12;
+  /// How many tokens one backend may create over its life.
+  static constexpr std::uint64_t kMaxSerial = (std::uint64_t{1} << 36) - 1;
 
   /// The move-only owner of one token; destroys it through its backend when it dies. The backend
   /// must outlive every event it created.
@@ -96,13 +108,16 @@ class EVPOOL_API HostBackend {
   using owner_type = Event;
 
   /// A backend of `device_count` devices, in [1, kMaxDevices]; std::invalid_argument otherwise.
+  /// std::length_error if kMaxLiveBackends backends are alive already. Thread-safe, lock-free.
   explicit HostBackend(int device_count = 1);
 
   /// Accepts every flag value: tokens have no flags.
   void validate_options(unsigned) const noexcept {}
 
-  /// A new token of `device`. Thread-safe. Throws HostBackendFault if the fault predicate says so
-  /// for this attempt, and std::out_of_range for a device outside [0, device_count()).
+  /// A new token of `device`, unique among the live tokens of every HostBackend in the process.
+  /// Thread-safe. Throws HostBackendFault if the fault predicate says so for this attempt,
+  /// std::out_of_range for a device outside [0, device_count()), and std::overflow_error once the
+  /// backend has created kMaxSerial tokens.
   handle_type create(unsigned flags, int device);
   /// Counts the token as destroyed. Thread-safe.
   void destroy(handle_type token) noexcept;
@@ -125,9 +140,11 @@ class EVPOOL_API HostBackend {
   std::uint64_t create_attempts() const noexcept;
 
   static int device_of(handle_type token) noexcept { return static_cast<int>(token >> 48); }
-  static std::uint64_t serial_of(handle_type token) noexcept {
-    return token & ((std::uint64_t{1} << 48) - 1);
+  /// The slot of the backend that created `token`, in [0, kMaxLiveBackends).
+  static int backend_slot_of(handle_type token) noexcept {
+    return static_cast<int>((token >> 36) & (kMaxLiveBackends - 1));
   }
+  static std::uint64_t serial_of(handle_type token) noexcept { return token & kMaxSerial; }
 
  private:
   static void count_destroy(State *state) noexcept;

@@ -55,6 +55,7 @@
 
 #include "evpool/basic_handle_pool.h"
 #include "evpool/completion_queue.h"
+#include "evpool/cuda_error.h"
 #include "evpool/cuda_event_backend.h"
 #include "evpool/cuda_event_pool.h"
 #include "evpool/cuda_stream_backend.h"
@@ -133,7 +134,7 @@ int main(int argc, char **argv) {
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("gpu soak skipped: no GPU (%s)\n", cudaGetErrorString(cudaGetLastError()));
+    std::printf("gpu soak skipped: no GPU (%s)\n", evpool::describe_cuda_error(cudaGetLastError()).c_str());
     return 77;
   }
 

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "evpool/cuda_error.h"
+
 namespace evpool::testing_support {
 
 inline constexpr char kTestKernelsPtx[] = R"ptx(
@@ -61,7 +63,7 @@ class PtxKernels {
     }
     if (error_ != cudaSuccess) {
       (void)cudaGetLastError();
-      why_ = std::string(step) + ": " + cudaGetErrorName(error_) + ": " + cudaGetErrorString(error_);
+      why_ = std::string(step) + ": " + cudaGetErrorName(error_) + ": " + evpool::describe_cuda_error(error_);
       if (log_[0] != '\0') why_ += std::string("; JIT log: ") + log_;
     }
   }

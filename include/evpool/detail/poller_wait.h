@@ -107,17 +107,17 @@ class AdaptiveWait {
       : spin_for_(spin_for), max_sleep_(std::max(max_sleep, kFirstSleep)) {}
 
   /// A pass made progress.
-  void progressed() noexcept { since_.reset(); }
+  void progressed() noexcept { idle_since_ = kNotIdle; }
 
   /// After a pass without progress: nothing if the poller should still spin, else how long to
   /// sleep before the next pass.
   std::optional<std::chrono::nanoseconds> after_idle_pass() noexcept {
     const clock::time_point now = clock::now();
-    if (!since_) {
-      since_ = now;
+    if (idle_since_ == kNotIdle) {
+      idle_since_ = now;
       next_sleep_ = kFirstSleep;
     }
-    if (now - *since_ < spin_for_) return std::nullopt;
+    if (now - idle_since_ < spin_for_) return std::nullopt;
     const std::chrono::nanoseconds sleep = next_sleep_;
     next_sleep_ = std::min(next_sleep_ * 2, max_sleep_);
     return sleep;
@@ -126,7 +126,13 @@ class AdaptiveWait {
  private:
   const std::chrono::nanoseconds spin_for_;
   const std::chrono::nanoseconds max_sleep_;
-  std::optional<clock::time_point> since_;
+  // When the passes without progress began; kNotIdle after progress. A sentinel rather than a
+  // std::optional: GCC 12 at -O2 and above warns that an optional's value "may be used
+  // uninitialized" here (-Wmaybe-uninitialized, a false positive), which fails a release build
+  // with -Dwerror=true. steady_clock::now() never returns its minimum, which lies before any
+  // clock the kernel keeps.
+  static constexpr clock::time_point kNotIdle = clock::time_point::min();
+  clock::time_point idle_since_ = kNotIdle;
   std::chrono::nanoseconds next_sleep_ = kFirstSleep;
 };
 
