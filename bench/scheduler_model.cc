@@ -5,12 +5,14 @@
 // Exits 2 on a bad argument (naming it), 1 if the measured file cannot be read.
 //
 // Prints markdown: the modelled thousand tasks per second per workload, thread count and stack,
-// in the layout of bench/results/<host>/verdict/scheduler-tables.md, with the modelled-only
-// designs (evpool-hybrid) in a column of their own; then, given the GPU's run (the benchmark's
-// output, scheduler-run.txt), the ranking check: per workload and thread count, the best stack
-// other than the limit and the graph, measured and modelled, whether evpool is ahead of that best
-// in both, and Spearman's rank correlation over the eight measured stacks; and per workload over
-// every thread count. The workloads are bench/scheduler_bench.cc's, built the same way.
+// in the layout of bench/results/<host>/verdict/scheduler-tables.md (a design modelled before it
+// is built would be marked "not built"); then, given the GPU's run (the benchmark's output,
+// scheduler-run.txt), the ranking check: per workload and thread count, the best other stack (the
+// fastest that is neither evpool's nor the limit or the graph, as tools/scheduler_results.py
+// picks it), measured and modelled; each evpool stack over that best in both, and whether it is
+// on the same side of it; the fastest evpool stack in both; and Spearman's rank correlation over
+// the measured stacks, per point and per workload over every thread count. The workloads are
+// bench/scheduler_bench.cc's, built the same way.
 //
 // Calibration: bench/scheduler_model/calibration.h, from micro-benchmarks only; nothing is fitted
 // to the scheduler run it is checked against.
@@ -38,8 +40,9 @@ using namespace std::chrono_literals;
 using example::Dag;
 
 const std::vector<std::string> kWorkloads = {"fan-out", "mixed", "chains"};
-// The best "other" excludes these, as docs/scheduler.md does.
+// The best "other" excludes these and evpool's own, as tools/scheduler_results.py does.
 const std::vector<std::string> kReferences = {"limit", "graph"};
+const std::vector<std::string> kEvpoolStacks = {"evpool", "evpool-planned", "evpool-ahead"};
 
 struct Options {
   std::vector<std::string> workloads = kWorkloads;
@@ -141,10 +144,14 @@ std::vector<std::string> measured_stack_names() {
   return names;
 }
 
+bool contains(const std::vector<std::string> &list, const std::string &name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
 std::vector<std::string> others(const std::vector<std::string> &stacks) {
   std::vector<std::string> rest;
   for (const std::string &stack : stacks)
-    if (std::find(kReferences.begin(), kReferences.end(), stack) == kReferences.end()) rest.push_back(stack);
+    if (!contains(kReferences, stack) && !contains(kEvpoolStacks, stack)) rest.push_back(stack);
   return rest;
 }
 
@@ -165,7 +172,7 @@ int run(const Options &options) {
   std::printf("# The example scheduler on the model (bench/scheduler_model/)\n\n");
   std::printf("Written by evpool_scheduler_model. Modelled, not measured: virtual time on a model of the host "
               "(%d cores), the driver's lock and the GPU (%d hardware queues), calibrated from micro-benchmarks "
-              "only (bench/scheduler_model/calibration.h). evpool-hybrid is a design not yet built.\n",
+              "only (bench/scheduler_model/calibration.h).\n",
               model::Calibration{}.cores, model::Calibration{}.connections);
   for (const std::string &workload : options.workloads) {
     std::printf("\n## %s\n\nk tasks per second, modelled:\n\n| threads |", workload.c_str());
@@ -205,13 +212,23 @@ int run(const Options &options) {
     return 1;
   }
   const model::Rates measured = model::parse_scheduler_run(file);
-  std::printf("\n## Against the GPU\n\nMeasured: %s. Best: the fastest stack other than the limit and the graph "
-              "(docs/scheduler.md); evpool vs best: whether evpool is ahead of the best other stack; Spearman: "
-              "rank correlation of modelled and measured tasks per second over the %zu measured stacks.\n\n",
-              options.measured.c_str(), measured_names.size());
-  std::printf("| workload | threads | best, GPU | best, model | same best | evpool vs best, GPU | evpool vs best, "
-              "model | same order | Spearman |\n|---|---:|---|---|---|---|---|---|---:|\n");
-  int points = 0, same_best = 0, same_order = 0;
+  std::printf(
+      "\n## Against the GPU\n\nMeasured: %s. Best other: the fastest stack that is neither evpool's nor the "
+      "limit or the graph (tools/scheduler_results.py); each evpool stack's cell: its tasks per second over the "
+      "best other's, GPU / model, and whether it is on the same side of 1 in both; best evpool: the fastest of "
+      "evpool's stacks; Spearman: rank correlation of modelled and measured tasks per second over the %zu "
+      "measured stacks.\n\n",
+      options.measured.c_str(), measured_names.size());
+  std::vector<std::string> ours;
+  for (const std::string &stack : kEvpoolStacks)
+    if (contains(measured_names, stack)) ours.push_back(stack);
+  std::printf("| workload | threads | best other, GPU | best other, model | same |");
+  for (const std::string &stack : ours) std::printf(" %s / best other, GPU / model |", stack.c_str());
+  std::printf(" best evpool, GPU / model | Spearman |\n|---|---:|---|---|---|");
+  for (std::size_t i = 0; i < ours.size(); ++i) std::printf("---|");
+  std::printf("---|---:|\n");
+  int points = 0, same_best = 0, same_best_ours = 0;
+  std::vector<int> same_side(ours.size(), 0);
   for (const std::string &workload : options.workloads) {
     std::vector<double> all_measured, all_modelled;
     for (const int threads : options.threads) {
@@ -219,7 +236,9 @@ int run(const Options &options) {
       for (const std::string &stack : measured_names)
         complete = complete && measured.count({workload, threads, stack});
       if (!complete) {
-        std::printf("| %s | %d | not measured | | | | | | |\n", workload.c_str(), threads);
+        std::printf("| %s | %d | not measured | | |", workload.c_str(), threads);
+        for (std::size_t i = 0; i < ours.size(); ++i) std::printf(" |");
+        std::printf(" | |\n");
         continue;
       }
       std::vector<double> gpu, mine;
@@ -232,37 +251,42 @@ int run(const Options &options) {
       const std::vector<std::string> candidates = others(measured_names);
       const std::string gpu_best = best_named(candidates, measured, workload, threads);
       const std::string model_best = best_named(candidates, modelled, workload, threads);
-      // evpool against the best of the others but itself.
-      std::vector<std::string> rivals;
-      for (const std::string &stack : candidates)
-        if (stack != "evpool") rivals.push_back(stack);
-      const auto order = [&](const model::Rates &rates) {
-        const auto rate = [&](const std::string &stack) { return rates.at({workload, threads, stack}); };
-        const std::string rival = model::best_of(rivals, rate).first;
-        const double ratio = rate("evpool") / rate(rival);
-        return std::make_pair(ratio >= 1, "evpool " + std::string(ratio >= 1 ? "ahead of " : "behind ") +
-                                              rival + " (" + fixed(ratio, "%.2f") + "x)");
-      };
-      const auto [gpu_ahead, gpu_text] = order(measured);
-      const auto [model_ahead, model_text] = order(modelled);
       const bool best_agrees = gpu_best == model_best || (model_best.rfind("tie: ", 0) == 0 &&
                                                           model_best.find(gpu_best) != std::string::npos);
       ++points;
       same_best += best_agrees;
-      same_order += gpu_ahead == model_ahead;
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", workload.c_str(), threads,
-                  gpu_best.c_str(), model_best.c_str(),
-                  best_agrees ? (model_best.rfind("tie", 0) == 0 ? "in a tie" : "yes") : "no",
-                  gpu_text.c_str(), model_text.c_str(), gpu_ahead == model_ahead ? "yes" : "no",
-                  fixed(model::spearman(gpu, mine), "%.2f").c_str());
+      std::printf("| %s | %d | %s | %s | %s |", workload.c_str(), threads, gpu_best.c_str(), model_best.c_str(),
+                  best_agrees ? (model_best.rfind("tie", 0) == 0 ? "in a tie" : "yes") : "no");
+      // Against the first of a tie: tied stacks have one rate.
+      const auto ratio = [&](const model::Rates &rates, const std::string &stack) {
+        const auto rate = [&](const std::string &name) { return rates.at({workload, threads, name}); };
+        return rate(stack) / rate(model::best_of(candidates, rate).first);
+      };
+      for (std::size_t i = 0; i < ours.size(); ++i) {
+        const double on_gpu = ratio(measured, ours[i]), in_model = ratio(modelled, ours[i]);
+        const bool same = (on_gpu >= 1) == (in_model >= 1);
+        same_side[i] += same;
+        std::printf(" %sx / %sx%s |", fixed(on_gpu, "%.2f").c_str(), fixed(in_model, "%.2f").c_str(),
+                    same ? "" : ", sides differ");
+      }
+      const std::string gpu_ours = best_named(ours, measured, workload, threads);
+      const std::string model_ours = best_named(ours, modelled, workload, threads);
+      const bool ours_agree = gpu_ours == model_ours || (model_ours.rfind("tie: ", 0) == 0 &&
+                                                         model_ours.find(gpu_ours) != std::string::npos);
+      same_best_ours += ours_agree;
+      std::printf(" %s / %s |", gpu_ours.c_str(), model_ours.c_str());
+      std::printf(" %s |\n", fixed(model::spearman(gpu, mine), "%.2f").c_str());
     }
-    if (!all_measured.empty())
-      std::printf("| %s | all | | | | | | | %s |\n", workload.c_str(),
-                  fixed(model::spearman(all_measured, all_modelled), "%.2f").c_str());
+    if (!all_measured.empty()) {
+      std::printf("| %s | all | | | |", workload.c_str());
+      for (std::size_t i = 0; i < ours.size(); ++i) std::printf(" |");
+      std::printf(" | %s |\n", fixed(model::spearman(all_measured, all_modelled), "%.2f").c_str());
+    }
   }
-  std::printf("\nSame best stack (a tie that holds it counted): %d of %d; same order of evpool and the best other: "
-              "%d of %d.\n",
-              same_best, points, same_order, points);
+  std::printf("\nSame best other stack (a tie that holds it counted): %d of %d.", same_best, points);
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    std::printf(" %s on the same side of the best other: %d of %d.", ours[i].c_str(), same_side[i], points);
+  std::printf(" Same fastest evpool stack (a tie that holds it counted): %d of %d.\n", same_best_ours, points);
   return 0;
 }
 

@@ -1,9 +1,11 @@
 // The scheduler model (bench/scheduler_model/): its mechanics on graphs small enough to reason
 // about. A serialised driver bounds throughput at one call per hold time; nine streams on eight
 // hardware queues show head-of-line blocking that eight streams do not; with no host cost and no
-// shared queues, completions at enqueue take the graph's critical path (support/gpu_time.h) and
-// one stream the sum of the durations; a run is deterministic; and the ranking check's helpers
-// (Spearman's correlation, the bench output's parser) give the textbook answers.
+// shared queues, completions at enqueue take the graph's critical path (support/gpu_time.h), the
+// limit's and evpool-ahead's alike, and one stream the sum of the durations; evpool-planned
+// continues a chain at enqueue and asks for no completion there, making evpool-ahead's calls; a
+// run is deterministic; and the ranking check's helpers (Spearman's correlation, the bench
+// output's parser) give the textbook answers.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -39,7 +41,7 @@ Calibration free_host() {
   c.poller_per_request = 0;
   c.poller_pass = 1000;  // a poller's pass must take some time, or its spin never ends
   c.futex_wake_cost = c.futex_wait_cost = c.wake_latency = c.timer_slack = 0;
-  c.kernel_start_latency = 0;
+  c.kernel_start_latency = c.completion_seen_latency = 0;
   return c;
 }
 
@@ -116,25 +118,43 @@ TEST(SchedulerModel, CompletionsAtEnqueueTakeTheCriticalPathWithoutHostCost) {
   const Dag dag = example::mixed_random(options);
   const Time critical = test::critical_path(dag).count();
   EXPECT_EQ(model::model_run(dag, StackKind::kLimit, 4, c).wall, critical);
+  EXPECT_EQ(model::model_run(dag, StackKind::kEvpoolAhead, 4, c).wall, critical)
+      << "the limit's schedule on pooled streams and events";
   Time sum = 0;
   for (example::TaskId task = 0; task < dag.size(); ++task) sum += dag.duration(task).count();
   EXPECT_EQ(model::model_run(dag, StackKind::kTensorflowExec, 4, c).wall, sum) << "one stream: one line";
   // Stacks that hear of real completions take at least the critical path.
   for (const StackKind stack :
-       {StackKind::kEvpool, StackKind::kPytorch, StackKind::kTensorflow, StackKind::kEvpoolHybrid})
+       {StackKind::kEvpool, StackKind::kPytorch, StackKind::kTensorflow, StackKind::kEvpoolPlanned})
     EXPECT_GE(model::model_run(dag, stack, 4, c).wall, critical) << model::name_of(stack);
 }
 
-TEST(SchedulerModel, HybridContinuesChainsWithoutWaitingForCompletions) {
+TEST(SchedulerModel, PlannedContinuesChainsAtEnqueueWithTheCallsOfAhead) {
   Calibration c = free_host();
   c.launch_hold = 1000;
   const Dag chains = example::independent_chains(2, 20, 2us);
-  // evpool's stack waits for each task's completion before its successor is ready; the hybrid
-  // enqueues a chain at the host's pace.
+  // evpool's stack waits for each task's completion before its successor is ready; the planned
+  // stack enqueues a chain at the host's pace.
   const model::ModelResult evpool = model::model_run(chains, StackKind::kEvpool, 2, c);
-  const model::ModelResult hybrid = model::model_run(chains, StackKind::kEvpoolHybrid, 2, c);
-  EXPECT_LT(hybrid.wall, evpool.wall);
-  EXPECT_EQ(hybrid.streams_created, 2u) << "a stream a chain";
+  const model::ModelResult planned = model::model_run(chains, StackKind::kEvpoolPlanned, 2, c);
+  EXPECT_LT(planned.wall, evpool.wall);
+  EXPECT_EQ(planned.streams_created, 2u) << "a stream a chain";
+  EXPECT_EQ(planned.events_created, 0u) << "no task is needed on another stream: no completion asked for";
+  // No successor on another stream: the two ways of ordering one make the same calls.
+  const model::ModelResult ahead = model::model_run(chains, StackKind::kEvpoolAhead, 2, c);
+  EXPECT_EQ(ahead.driver_calls, planned.driver_calls);
+  EXPECT_EQ(ahead.wall, planned.wall);
+}
+
+TEST(SchedulerModel, PlannedAsksForACompletionOnlyWhereAheadRecordsAnEvent) {
+  // Fan-out: every task but the last layer's has a successor on another stream.
+  const Dag dag = example::fan_out_fan_in(3, 4, 2us);
+  const model::ModelResult planned = model::model_run(dag, StackKind::kEvpoolPlanned, 1, free_host());
+  const model::ModelResult ahead = model::model_run(dag, StackKind::kEvpoolAhead, 1, free_host());
+  EXPECT_GT(planned.events_created, 0u) << "the queue's events";
+  EXPECT_GT(ahead.events_created, 0u) << "the pooled events its successors wait on";
+  const Dag chains = example::independent_chains(1, 5, 2us);
+  EXPECT_EQ(model::model_run(chains, StackKind::kEvpoolAhead, 1, free_host()).events_created, 0u);
 }
 
 TEST(SchedulerModel, ARunIsDeterministic) {

@@ -108,6 +108,14 @@ struct Calibration {
   /// assumed 1 us, below the 1.57 us a dependent memset step took in h200/tables.md, cuda/schedule,
   /// `private`, 1 thread (0.638 M steps/s, which bounds it from above).
   Time kernel_start_latency = 1'000;
+  /// From the GPU reaching a point (a record, a stream's last work) to the host seeing it: a query
+  /// or a synchronisation reads the completion the GPU writes back. h100/verdict/
+  /// completions-openloop-tables.md, 16 threads at 25% load (the poller is not the bottleneck
+  /// there): enqueue-to-callback of a 4-byte cudaMemsetAsync, median 13.8 us with a thread per
+  /// stream in cudaEventSynchronize (13.5 us through evpool's queue). Of that, the model charges
+  /// the launch (0.28 + 1.07 us), the record (0.17 us), the start latency (1 us) and the
+  /// synchronisation's return (1.02 us): 3.5 us; the rest, 10.3 us, is this.
+  Time completion_seen_latency = 10'300;
   /// cudaGraphLaunch of the whole graph: assumed one launch's cost.
   Time graph_launch_hold = 1'065;
 };

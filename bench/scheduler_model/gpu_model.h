@@ -25,6 +25,11 @@
 // A stream created with `own_queue` gets a hardware queue of its own (a replayed CUDA graph's
 // branches are launched by the device, not through the connections).
 //
+// The host sees a point reached `seen_latency` after the GPU reached it: an event query, a stream
+// query, a synchronisation all read the completion the GPU writes back to the host, which takes
+// far longer than the GPU takes to order its own work after it (a wait on the same record is
+// released at once). calibration.h has the figure.
+//
 // Host calls submit at the model's current time (when the driver call returns); queries are
 // answered at the current time. Thread-safety: none (one model run).
 #pragma once
@@ -45,8 +50,9 @@ using RecordId = std::uint32_t;
 
 class GpuModel {
  public:
-  GpuModel(EventLoop &loop, int connections, Time start_latency)
-      : loop_(loop), connections_(static_cast<std::size_t>(connections)), start_latency_(start_latency) {
+  GpuModel(EventLoop &loop, int connections, Time start_latency, Time seen_latency = 0)
+      : loop_(loop), connections_(static_cast<std::size_t>(connections)), start_latency_(start_latency),
+        seen_latency_(seen_latency) {
     queues_.resize(connections_);
   }
   GpuModel(const GpuModel &) = delete;
@@ -78,18 +84,18 @@ class GpuModel {
   /// cudaEventQuery of the record's event (nothing recorded on it since).
   bool reached(RecordId record) const {
     const Record &r = records_[record];
-    return r.dispatched && r.reached_at <= loop_.now();
+    return r.dispatched && r.reached_at + seen_latency_ <= loop_.now();
   }
   /// cudaStreamQuery.
   bool idle(StreamId stream) const {
     const Stream &s = streams_[stream];
-    return s.pending == 0 && s.busy_until <= loop_.now();
+    return s.pending == 0 && s.busy_until + seen_latency_ <= loop_.now();
   }
   /// Calls `done` (once) when the record is reached: a thread that synchronises on it.
   void when_reached(RecordId record, std::function<void()> done) {
     Record &r = records_[record];
     if (r.dispatched) {
-      call_at(r.reached_at, std::move(done));
+      call_at(r.reached_at + seen_latency_, std::move(done));
     } else {
       r.on_reached.push_back(std::move(done));
     }
@@ -174,7 +180,8 @@ class GpuModel {
         Record &record = records_[op.record];
         record.dispatched = true;
         record.reached_at = std::max(now, stream.busy_until);
-        for (std::function<void()> &done : record.on_reached) call_at(record.reached_at, std::move(done));
+        for (std::function<void()> &done : record.on_reached)
+          call_at(record.reached_at + seen_latency_, std::move(done));
         record.on_reached.clear();
         for (const std::size_t blocked : record.blocked_queues) retry_later(blocked, record.reached_at);
         record.blocked_queues.clear();
@@ -195,13 +202,14 @@ class GpuModel {
 
   void check_idle() {
     if (undispatched_ != 0 || idle_waiters_.empty()) return;
-    for (std::function<void()> &done : idle_waiters_) call_at(last_end_, std::move(done));
+    for (std::function<void()> &done : idle_waiters_) call_at(last_end_ + seen_latency_, std::move(done));
     idle_waiters_.clear();
   }
 
   EventLoop &loop_;
   std::size_t connections_;
   Time start_latency_;
+  Time seen_latency_;
   std::size_t shared_created_ = 0;
   std::vector<Queue> queues_;
   std::vector<Stream> streams_;

@@ -50,21 +50,26 @@
 //           callbacks to the callback thread; sleep tf_poll_delay while events are pending
 //   callback thread: spins tf_callback_spin for work before it sleeps
 // tensorflow-exec (tensorflow_exec_stack.h): one stream; no event, no wait; launch; at once
-// limit (limit_stack.h, chain_streams.h): streams and events made beforehand; a wait only for an
-//   input on another stream; launch; record (own event, no pool); at once; cudaDeviceSynchronize
+// limit (limit_stack.h, stream_plan.h, chain_streams.h): streams and events made beforehand; a wait
+//   only for an input on another stream; launch; record (own event, no pool) only for a task needed
+//   on another stream (needed_elsewhere); at once; cudaDeviceSynchronize
 // graph (graph_replay.h): one cudaGraphLaunch; the GPU runs every task on the stream of its slot
 //   (slot % width), a wait per input; a synchronisation. The graph's branches get hardware queues
 //   of their own (GpuModel's own_queue): the device launches them, not the host's connections.
 //
-// evpool-hybrid: a design not yet built (the lead's), modelled so that it can be ranked before it
-// is. A task T whose input I has T as its first successor continues I's stream: it is made ready
-// as soon as I is enqueued (stream order orders them; no event, no wait), provided its other
-// inputs have completed. Every other input's part is heard through the completion queue, a real
-// completion, so a task is enqueued only once its other inputs' work is done, and no wait is ever
-// enqueued: none can block a hardware queue. A chain's stream is leased from evpool's pool when a
-// task starts a chain (Get as evpool's) and handed back, busy, after the chain's last task (one
-// whose first successor does not continue it). Every task asks the queue for its completion, as
-// evpool's stack does; no task records an event of its own.
+// evpool-planned, evpool-ahead (evpool_planned_stack.h, stream_plan.h, planned_stream_leases.h,
+//          executor.h's follows_at_enqueue): the streams of StreamPlan (chain_streams.h, as the
+//          limit's), the plan made beforehand
+//   lease   the planned stream's first task: CUDAStreamPool::Get (as evpool's); its other tasks
+//           take the same stream at no cost; the Lease of its last task (last_on) ends the pool's
+//           lease, the stream going back to that worker's cache, busy
+//   per input: ahead only, an input with an event on another stream: cudaStreamWaitEvent; launch
+//   ahead   a task needed on another stream (needed_elsewhere): CUDAEventPool::Get + cudaEventRecord,
+//           the event back once its last successor's wait is enqueued; complete at enqueue
+//   planned no event; a task needed on another stream: CompletionQueue::notify (as evpool's, the
+//           queue's events from the stack's pool); any other task: complete at enqueue
+//   both    once notify returns, each successor on the task's stream counts that input down (the
+//           completion skips it); finish: cudaDeviceSynchronize
 //
 // The run is timed as Executor::run is: from the first tasks made ready (the workers already
 // asleep in the ready queue) to the end of the stack's finish(); each stack runs once untimed
@@ -82,11 +87,13 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "scheduler/chain_streams.h"
 #include "scheduler/dag.h"
+#include "scheduler/stream_plan.h"
 #include "scheduler_model/calibration.h"
 #include "scheduler_model/gpu_model.h"
 #include "scheduler_model/host_model.h"
@@ -116,7 +123,7 @@ class SchedulerModel {
   SchedulerModel(const Dag &dag, StackKind kind, int workers, const Calibration &calibration)
       : dag_(dag), kind_(kind), workers_(workers), c_(calibration), cores_(loop_, calibration.cores),
         driver_(loop_, calibration.driver_handover),
-        gpu_(loop_, calibration.connections, calibration.kernel_start_latency),
+        gpu_(loop_, calibration.connections, calibration.kernel_start_latency, calibration.completion_seen_latency),
         ready_lock_(loop_, calibration.mutex_handover), pool_lock_(loop_, pool_handover(kind, calibration)),
         event_lock_(loop_, pool_handover(kind, calibration)), mgr_lock_(loop_, calibration.mutex_handover),
         callback_lock_(loop_, calibration.mutex_handover) {
@@ -163,7 +170,6 @@ class SchedulerModel {
     bool has_event = false;
     RecordId event = 0;
     StreamId event_stream = 0;
-    StreamId stream = 0;  // where it was enqueued (evpool-hybrid's chains)
   };
   struct Request {  // a completion asked for
     TaskId task;
@@ -185,11 +191,14 @@ class SchedulerModel {
     bool done = false;
   };
 
-  bool is_enqueued_stack() const {
+  // Whether finish() synchronises the device: the stacks with tasks complete at enqueue.
+  bool synchronizes_at_finish() const {
     return kind_ == StackKind::kDali || kind_ == StackKind::kDaliExec ||
-           kind_ == StackKind::kTensorflowExec || kind_ == StackKind::kLimit;
+           kind_ == StackKind::kTensorflowExec || kind_ == StackKind::kLimit || is_planned();
   }
-  bool uses_queue() const { return kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolHybrid; }
+  bool is_planned() const { return kind_ == StackKind::kEvpoolPlanned || kind_ == StackKind::kEvpoolAhead; }
+  bool uses_evpool_pools() const { return kind_ == StackKind::kEvpool || is_planned(); }
+  bool uses_queue() const { return kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolPlanned; }
 
   HostThread &new_thread() {
     threads_.push_back(std::make_unique<HostThread>());
@@ -202,18 +211,12 @@ class SchedulerModel {
     if (kind_ == StackKind::kDaliExec || kind_ == StackKind::kTensorflowExec) {
       one_stream_ = gpu_.create_stream();
     } else if (kind_ == StackKind::kLimit) {
-      const example::StreamAssignment assignment = example::chain_streams(dag_);
-      stream_of_ = assignment.stream_of;
-      for (std::size_t i = 0; i < assignment.streams; ++i) limit_streams_.push_back(gpu_.create_stream());
-      for (TaskId task = 0; task < dag_.size(); ++task) events_created_ += !dag_.successors(task).empty();
-    } else if (kind_ == StackKind::kEvpoolHybrid) {
-      continues_.assign(dag_.size(), kNone);
-      for (TaskId task = 0; task < dag_.size(); ++task)
-        for (const TaskId input : dag_.inputs(task))
-          if (dag_.successors(input)[0] == task) {
-            continues_[task] = input;
-            break;
-          }
+      plan_.emplace(dag_);
+      for (std::size_t i = 0; i < plan_->streams(); ++i) limit_streams_.push_back(gpu_.create_stream());
+      for (TaskId task = 0; task < dag_.size(); ++task) events_created_ += plan_->needed_elsewhere(task);
+    } else if (is_planned()) {
+      plan_.emplace(dag_);
+      planned_slots_.assign(plan_->streams(), kNoStream);
     }
     if (uses_queue()) loop_.spawn(0, evpool_poller(new_thread()));
     if (kind_ == StackKind::kPytorch) {
@@ -269,7 +272,7 @@ class SchedulerModel {
   // The thread that called run(): asleep in join until the last task is finished, then finish().
   Task main_thread() {
     if (!closed_) co_await Park{main_sleeper_};
-    if (is_enqueued_stack()) co_await device_synchronize();
+    if (synchronizes_at_finish()) co_await device_synchronize();
     run_over_ = true;
   }
 
@@ -315,24 +318,21 @@ class SchedulerModel {
 
   // The completion callback (executor.h's completed / finished).
   Task completed(HostThread &thread, TaskId task) {
-    if (kind_ == StackKind::kEvpoolHybrid) {
-      const auto successors = dag_.successors(task);
-      for (std::size_t i = 0; i < successors.size(); ++i) {
-        const TaskId next = successors[i];
-        if (i == 0 && continues_[next] == task) continue;  // counted when the task was enqueued
-        if (--states_[next].inputs_left == 0) co_await push_ready(thread, next);
-      }
-    } else {
-      for (const TaskId next : dag_.successors(task))
-        if (--states_[next].inputs_left == 0) co_await push_ready(thread, next);
-    }
+    for (const TaskId next : dag_.successors(task))
+      if (!follows_at_enqueue(task, next) && --states_[next].inputs_left == 0)
+        co_await push_ready(thread, next);
     if (--remaining_ == 0) close();
+  }
+
+  // executor.h's follows_at_enqueue: the planned stacks' successors on the task's own stream.
+  bool follows_at_enqueue(TaskId task, TaskId next) const {
+    return is_planned() && plan_->same_stream(task, next);
   }
 
   // ---- A task, as executor.h's run_task ----------------------------------------------------------
   Task run_task(HostThread &thread, TaskId task, std::deque<StreamId> &cache) {
-    if (kind_ == StackKind::kEvpoolHybrid) {
-      co_await run_hybrid_task(thread, task, cache);
+    if (is_planned()) {
+      co_await run_planned_task(thread, task, cache);
       co_return;
     }
     StreamId stream = 0;
@@ -351,7 +351,10 @@ class SchedulerModel {
         co_await put_event(thread);
       }
     co_await launch(stream, task);
-    if (!dag_.successors(task).empty() && kind_ != StackKind::kTensorflowExec) {
+    const bool records = kind_ == StackKind::kLimit
+                             ? plan_->needed_elsewhere(task)
+                             : !dag_.successors(task).empty() && kind_ != StackKind::kTensorflowExec;
+    if (records) {
       co_await get_event(thread);
       co_await driver_.hold(c_.record_hold);
       TaskState &own = states_[task];
@@ -392,13 +395,13 @@ class SchedulerModel {
           }
         stream = round_robin_[round_robin_next_++ % round_robin_.size()];
         break;
-      case StackKind::kLimit: stream = limit_streams_[stream_of_[task]]; break;
+      case StackKind::kLimit: stream = limit_streams_[plan_->stream_of(task)]; break;
       default: stream = one_stream_;
     }
   }
 
   Task end_lease(HostThread &thread, StreamId stream, std::deque<StreamId> &cache) {
-    if (kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolHybrid) {
+    if (uses_evpool_pools()) {
       co_await Delay{loop_, c_.evpool_pool_op};
       cache.push_back(stream);
       if (cache.size() > kCacheStreams)  // a full magazine goes to the depot
@@ -458,7 +461,7 @@ class SchedulerModel {
   // ---- Events ----------------------------------------------------------------------------------
   Task get_event(HostThread &thread) {
     if (kind_ == StackKind::kLimit) co_return;  // made beforehand
-    if (kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolHybrid)
+    if (uses_evpool_pools())
       co_await Delay{loop_, c_.evpool_pool_op};
     else
       co_await event_lock_.hold(kind_ == StackKind::kDali || kind_ == StackKind::kDaliExec ? c_.spinlock_hold
@@ -474,7 +477,7 @@ class SchedulerModel {
 
   Task put_event(HostThread &thread) {
     if (kind_ == StackKind::kLimit) co_return;
-    if (kind_ == StackKind::kEvpool || kind_ == StackKind::kEvpoolHybrid)
+    if (uses_evpool_pools())
       co_await Delay{loop_, c_.evpool_pool_op};
     else
       co_await event_lock_.hold(kind_ == StackKind::kDali || kind_ == StackKind::kDaliExec ? c_.spinlock_hold
@@ -486,8 +489,13 @@ class SchedulerModel {
   // ---- Completions -------------------------------------------------------------------------------
   Task notify(HostThread &thread, StreamId stream, TaskId task) {
     switch (kind_) {
-      case StackKind::kEvpool:
-      case StackKind::kEvpoolHybrid: {
+      case StackKind::kEvpoolPlanned:
+        if (!plan_->needed_elsewhere(task)) {
+          co_await completed(thread, task);  // complete at enqueue
+          break;
+        }
+        [[fallthrough]];
+      case StackKind::kEvpool: {
         co_await get_event(thread);
         co_await driver_.hold(c_.record_hold);
         channel_.push_back({thread_key(thread, stream), Request{task, gpu_.record(stream)}});
@@ -714,22 +722,40 @@ class SchedulerModel {
     }
   }
 
-  // ---- evpool-hybrid (see the top) ---------------------------------------------------------------
-  Task run_hybrid_task(HostThread &thread, TaskId task, std::deque<StreamId> &cache) {
-    StreamId stream = 0;
-    if (continues_[task] != kNone)
-      stream = states_[continues_[task]].stream;  // the chain's stream, still leased
-    else
-      co_await evpool_get_stream(thread, cache, stream);
-    states_[task].stream = stream;
+  // ---- evpool-planned and evpool-ahead (see the top) ----------------------------------------------
+  // executor.h's run_task on EvpoolPlannedStack / EvpoolAheadStack.
+  Task run_planned_task(HostThread &thread, TaskId task, std::deque<StreamId> &cache) {
+    const std::uint32_t planned = plan_->stream_of(task);
+    if (planned_slots_[planned] == kNoStream)  // PlannedStreamLeases::lease: the stream's first task
+      co_await evpool_get_stream(thread, cache, planned_slots_[planned]);
+    const StreamId stream = planned_slots_[planned];
+    for (const TaskId input : dag_.inputs(task)) {  // wait(): an event exists with kEvents alone
+      const TaskState &producer = states_[input];
+      if (!producer.has_event || producer.event_stream == stream) continue;
+      co_await driver_.hold(c_.wait_hold);
+      gpu_.wait(stream, producer.event);
+    }
+    for (const TaskId input : dag_.inputs(task))
+      if (--states_[input].uses_left == 0 && states_[input].has_event) {
+        states_[input].has_event = false;
+        co_await put_event(thread);
+      }
     co_await launch(stream, task);
+    if (kind_ == StackKind::kEvpoolAhead && plan_->needed_elsewhere(task)) {  // get_event + record
+      co_await get_event(thread);
+      co_await driver_.hold(c_.record_hold);
+      TaskState &own = states_[task];
+      own.event = gpu_.record(stream);
+      own.has_event = true;
+      own.event_stream = stream;
+    }
     co_await notify(thread, stream, task);
-    const auto successors = dag_.successors(task);
-    if (!successors.empty() && continues_[successors[0]] == task) {
-      // Its continuation may go as soon as it is enqueued, once its other inputs are done.
-      if (--states_[successors[0]].inputs_left == 0) co_await push_ready(thread, successors[0]);
-    } else {
-      co_await end_lease(thread, stream, cache);  // the chain ends: the stream goes back, busy
+    for (const TaskId next : dag_.successors(task))  // release_at_enqueue
+      if (follows_at_enqueue(task, next) && --states_[next].inputs_left == 0)
+        co_await push_ready(thread, next);
+    if (plan_->last_on(planned) == task) {  // ~Lease of the stream's last task: the pool's lease ends
+      planned_slots_[planned] = kNoStream;
+      co_await end_lease(thread, stream, cache);
     }
   }
 
@@ -752,7 +778,7 @@ class SchedulerModel {
     run_over_ = true;
   }
 
-  static constexpr TaskId kNone = std::numeric_limits<TaskId>::max();
+  static constexpr StreamId kNoStream = std::numeric_limits<StreamId>::max();
   static constexpr std::size_t kCacheStreams = 32;
 
   const Dag &dag_;
@@ -791,10 +817,10 @@ class SchedulerModel {
   std::vector<StreamId> round_robin_;
   std::size_t round_robin_next_ = 0;
   StreamId one_stream_ = 0;
-  std::vector<std::uint32_t> stream_of_;
   std::vector<StreamId> limit_streams_;
   std::vector<StreamId> graph_streams_;
-  std::vector<TaskId> continues_;
+  std::optional<example::StreamPlan> plan_;  // the limit's and the planned stacks'
+  std::vector<StreamId> planned_slots_;  // PlannedStreamLeases' slots: by planned stream, the pool's stream
   std::size_t free_events_ = 0;
   std::uint64_t events_created_ = 0;
 
