@@ -29,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -49,11 +50,13 @@ template <CrossStreamOrder kOrder>
 class BasicEvpoolPlannedStack : public CudaSteps {
  public:
   using stream_lease = typename PlannedStreamLeases<CUDAStreamLease>::Lease;
-  /// A task's event and the stream it is recorded on; empty (false) for a task needed only on its
-  /// own stream, and always with kCompletions.
+  /// A task's event and the planned stream it is recorded on (a plan's index, not the handle: a
+  /// pool stream handed back at the end of its chain may be destroyed, and CUDA gives its handle to
+  /// the next stream created); empty (false) for a task needed only on its own stream, and always
+  /// with kCompletions.
   struct event_type {
     CUDAEvent event;
-    cudaStream_t stream = nullptr;
+    std::uint32_t planned_stream = 0;
     explicit operator bool() const noexcept { return static_cast<bool>(event); }
   };
 
@@ -76,19 +79,17 @@ class BasicEvpoolPlannedStack : public CudaSteps {
   bool follows_at_enqueue(TaskId task, TaskId successor) const noexcept { return plan_.same_stream(task, successor); }
   /// Only an input on another stream (kEvents): the stream orders one on the task's own.
   void wait(const stream_lease &stream, const event_type &input) const {
-    if (input.stream != stream.get()) CudaSteps::wait(stream.get(), input.event);
+    if (input.planned_stream != plan_.stream_of(stream.task())) CudaSteps::wait(stream.get(), input.event);
   }
   void launch(const stream_lease &stream, TaskId task, std::chrono::nanoseconds duration) const {
     CudaSteps::launch(stream.get(), task, duration);
   }
   event_type get_event(TaskId task) {
     if (kOrder == CrossStreamOrder::kCompletions || !plan_.needed_elsewhere(task)) return {};
-    return {events_->Get(kDevice), nullptr};
+    return {events_->Get(kDevice), plan_.stream_of(task)};
   }
-  void record(event_type &event, const stream_lease &stream) const {
-    if (!event) return;
-    event.stream = stream.get();
-    CudaSteps::record(event.event, stream.get());
+  void record(const event_type &event, const stream_lease &stream) const {
+    if (event) CudaSteps::record(event.event, stream.get());
   }
   void put_event(event_type &&event) noexcept { put_or_destroy(*events_, std::move(event.event)); }
   template <class F>
