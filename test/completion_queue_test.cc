@@ -553,7 +553,8 @@ TEST_F(CompletionQueueTest, ARequestAskedEarlierInThePassThatDestroysTheQueueIsS
     auto queue = std::make_unique<Queue>(backend_, CompletionQueueOptions{.polling = polling});
     std::atomic<int> asked_ran{0};
     Completion asked;
-    Completion asks = queue->notify(&done, [&](int) { asked = queue->notify(&done, [&](int) { ++asked_ran; }); });
+    Completion asks =
+        queue->notify(&done, [&](int) { asked = queue->notify(&done, [&](int) { ++asked_ran; }); });
     Completion destroys = queue->notify(&done, [&](int) { queue.reset(); });
     if (polling == CompletionPolling::kCaller) {
       EXPECT_EQ(queue->poll(), 3u) << "the pass's two, and the one asked before the destruction";
