@@ -541,6 +541,36 @@ TEST_F(CompletionQueueTest, ACallbackThatDestroysItsQueueLeavesTheDestructionToT
   EXPECT_EQ(pool_.stats().total().outstanding, 0);
 }
 
+// A callback that ran earlier in the pass asked for more: its request is still in the polling
+// thread's channel, not yet in a FIFO, when a later callback destroys the queue. The destruction
+// that the pass finishes must take it from there and run its callback, as the destructor would.
+TEST_F(CompletionQueueTest, ARequestAskedEarlierInThePassThatDestroysTheQueueIsStillFinished) {
+  for (const CompletionPolling polling : {CompletionPolling::kCaller, CompletionPolling::kOwnThread}) {
+    SCOPED_TRACE(polling == CompletionPolling::kCaller ? "kCaller" : "kOwnThread");
+    HostWorkStream done;
+    done.complete_through(UINT64_MAX);
+    const std::uint64_t given_back_before = backend_.given_back();
+    auto queue = std::make_unique<Queue>(backend_, CompletionQueueOptions{.polling = polling});
+    std::atomic<int> asked_ran{0};
+    Completion asked;
+    Completion asks =
+        queue->notify(&done, [&](int) { asked = queue->notify(&done, [&](int) { ++asked_ran; }); });
+    Completion destroys = queue->notify(&done, [&](int) { queue.reset(); });
+    if (polling == CompletionPolling::kCaller) {
+      EXPECT_EQ(queue->poll(), 3u) << "the pass's two, and the one asked before the destruction";
+    }
+    EXPECT_EQ(destroys.wait(), HostCompletionBackend::kSuccess);
+    // Not ASSERT: on failure the request is never finished, and waiting for it would hang.
+    for (int spins = 0; asked_ran.load() == 0 && spins < 1000000; ++spins) std::this_thread::yield();
+    EXPECT_EQ(asked_ran.load(), 1) << "the request asked before the destruction was dropped";
+    if (asked_ran.load() == 1) {
+      EXPECT_EQ(asked.wait(), HostCompletionBackend::kSuccess);
+      // The poller's last give-back comes before the handle is done: all three are back.
+      EXPECT_EQ(backend_.given_back() - given_back_before, 3u);
+    }
+  }
+}
+
 // The same on the queue's own poller thread, where the destructor joined the thread it ran on
 // (std::system_error in a noexcept function: std::terminate). The poller now finishes the
 // destruction and ends: it still waits for the queue's requests, and frees the queue's core

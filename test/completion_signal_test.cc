@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <thread>
 #include <vector>
 
@@ -151,6 +152,33 @@ TEST_F(CompletionSignalTest, WithAZeroIntervalAnErrorIsQueriedAtTheFirstMiss) {
   stream.complete_all();
   EXPECT_EQ(queue.poll(), 2u);
   EXPECT_EQ(statuses, (std::vector<int>{700, 700}));
+}
+
+// Each pass asks the event of one request of the device not yet asked in the round, the first
+// such in the poller's order of FIFOs. A FIFO that finishes hands its place to the newest one, so
+// a device whose work keeps finishing and arriving (here: one request finished and one asked per
+// pass) put each newcomer ahead of a request that was pending all along: that request, whose
+// stream failed alone (its signal never lands, only its event tells), was never asked.
+TEST_F(CompletionSignalTest, RequestsArrivingAndFinishingDoNotStarveAPendingRequestOfTheDevicesQuery) {
+  constexpr int kPasses = 64;
+  std::deque<HostWorkStream> arrivals;
+  HostWorkStream failing;
+  Queue queue(backend_, signalled_every(0ns));
+  arrivals.emplace_back();
+  queue.notify(&arrivals.back());
+  Completion starved = queue.notify(&failing);
+  failing.fail_from(1, 700);
+  failing.complete_all();
+  int passes = 0;
+  for (; passes < kPasses && !starved.ready(); ++passes) {
+    queue.poll();
+    arrivals.back().complete_all();  // its signal lands: the next pass finishes it
+    arrivals.emplace_back();
+    queue.notify(&arrivals.back());
+  }
+  EXPECT_TRUE(starved.ready()) << "never asked in " << kPasses << " passes, one query each";
+  EXPECT_LE(passes, 4);
+  for (HostWorkStream &stream : arrivals) stream.complete_all();
 }
 
 constexpr int kPendingStreams = 512;
