@@ -42,7 +42,7 @@
 // behind failed work never lands (a fault makes the context's error sticky, and the stream runs
 // nothing more), so requests whose signals have not landed have their events queried, one query
 // per device per `signal_query_interval` (1 ms by default; one per pass at 0), whatever the
-// requests pending on it, each request asked in turn (detail/signal_probes.h): a sticky error,
+// requests pending on it, each request asked in turn, in rounds (detail/signal_probes.h): a sticky error,
 // which any query of the device reports, reaches its callback within about one interval, and
 // work waited for costs one query a millisecond per device instead of one a pass per stream.
 // Once an event has told an error, each pending request of that device is asked at once, in the
@@ -71,7 +71,8 @@
 //   destruction throws (a capture with a noexcept(false) destructor, which the poller destroys
 //   right after the call, outside any noexcept destructor: detail/completion_request.h).
 // - Destroying the queue with requests in progress: the destructor waits for them, and runs their
-//   callbacks, including requests that those callbacks make. Nothing is dropped. (A request whose
+//   callbacks, including requests that those callbacks make (a destruction left to the pass that
+//   ran it: only those made before the destructor returned). Nothing is dropped. (A request whose
 //   work never ends keeps the destructor waiting: as cudaStreamSynchronize would.)
 // - fork(): the child's copy of the queue holds the parent's requests; they are the parent's to
 //   finish, so the child's first call on the queue forgets them (never calling their callbacks,

@@ -22,9 +22,12 @@
 // is asked at once, in the same pass (the queue sweeps its FIFOs a second time when the error came
 // after some of them were passed over), so that each gets its own status. An error confined to
 // one stream, whose signal then never lands (CUDA documents none: its asynchronous errors are
-// sticky), is still heard: each query goes to a request not yet asked in the current round, so
-// every pending request's event is asked in turn, within N intervals for N requests pending on
-// the device. A signal that lands is read, never queried, as before.
+// sticky), is still heard: each query goes to a request not yet asked in the current round, and a
+// request first found missing after the pass that began the round joins the next round, so that
+// requests that keep arriving (in front of it, where a finished FIFO's place is taken) cannot
+// keep the round from reaching an older one. So each request pending when a round begins is asked
+// within that round, one query an interval: within about N intervals for N requests pending on the
+// device, then the next round's newcomers. A signal that lands is read, never queried, as before.
 //
 // Each request still waits one interval after its signal is first found missing before its event
 // may be asked: most requests complete within it, and a query then would be wasted.
@@ -91,7 +94,12 @@ class SignalProbes {
   /// this round starts a new round (the next pass asks again), and the pass's marks are cleared.
   void end_pass() noexcept {
     for (Probe &probe : probes_) {
-      if (probe.round_exhausted && !probe.probed_this_pass) ++probe.round;
+      if (probe.round_exhausted && !probe.probed_this_pass) {
+        ++probe.round;
+        probe.asked_in_round = false;
+      } else if (probe.probed_this_pass) {
+        probe.asked_in_round = true;  // from the next pass on: those seen in this one are the round's
+      }
       probe.probed_this_pass = probe.round_exhausted = probe.error_heard = probe.passed_over = false;
     }
     ++pass_;
@@ -101,6 +109,7 @@ class SignalProbes {
   struct Probe {
     std::int64_t next_probe = 0;  // when (steady clock, ns) the device's next query may be made
     std::uint64_t round = 1;      // requests asked in this round wait for the next
+    bool asked_in_round = false;  // a pass before this one asked in this round: newcomers wait for the next
     bool probed_this_pass = false;
     bool round_exhausted = false;  // this pass met a request asked in this round while the probe was due
     bool error_heard = false;      // this pass: an event of the device told an error
@@ -110,6 +119,7 @@ class SignalProbes {
   static bool due(Probe &probe, ProbeMarks &request, std::int64_t now, std::int64_t interval) noexcept {
     if (request.query_from == 0) {
       request.query_from = now + interval;
+      if (probe.asked_in_round) request.probed_in_round = probe.round;  // joins the next round
       if (interval != 0) return false;
     } else if (now < request.query_from) {
       return false;
