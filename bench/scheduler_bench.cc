@@ -76,7 +76,8 @@ using example::TaskKernel;
 
 const std::vector<std::string> kWorkloads = {"fan-out", "mixed", "chains"};
 const std::vector<std::string> kStacks = {
-    "evpool", "evpool-planned", "evpool-ahead", "dali", "dali-exec", "pytorch", "tensorflow", "tensorflow-exec", "limit", "graph",
+    "evpool",  "evpool-planned", "evpool-ahead",    "dali",  "dali-exec",
+    "pytorch", "tensorflow",     "tensorflow-exec", "limit", "graph",
 };
 
 struct Options {

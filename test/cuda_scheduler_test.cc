@@ -123,9 +123,9 @@ struct StackNames {
   }
 };
 
-using Stacks =
-    testing::Types<example::EvpoolStack, example::EvpoolPlannedStack, example::EvpoolAheadStack, example::DaliStack, example::DaliExecStack, example::PytorchStack,
-                   example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
+using Stacks = testing::Types<example::EvpoolStack, example::EvpoolPlannedStack, example::EvpoolAheadStack,
+                              example::DaliStack, example::DaliExecStack, example::PytorchStack,
+                              example::TensorflowStack, example::TensorflowExecStack, example::LimitStack>;
 TYPED_TEST_SUITE(SchedulerOnGpu, Stacks, StackNames);
 
 TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
@@ -166,7 +166,8 @@ TYPED_TEST(SchedulerOnGpu, EveryTaskRunsOnceAfterItsInputsAndNothingLeaks) {
           EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
         }
       }
-      if constexpr (std::is_same_v<Stack, example::EvpoolStack> || std::is_same_v<Stack, example::EvpoolPlannedStack> ||
+      if constexpr (std::is_same_v<Stack, example::EvpoolStack> ||
+                    std::is_same_v<Stack, example::EvpoolPlannedStack> ||
                     std::is_same_v<Stack, example::EvpoolAheadStack>) {
         // The stack's queue is gone: it gave back the events of the last requests.
         EXPECT_EQ(pools.streams.stats().total().outstanding, 0) << "streams not handed back";

@@ -63,20 +63,19 @@ class BasicEvpoolPlannedStack : public CudaSteps {
   /// Plans `dag` and, with kCompletions, starts the queue's poller. `kernel`, `dag` and the pools
   /// must outlive the stack, and the graph must not change. Throws std::bad_alloc, or
   /// std::system_error if the poller cannot start.
-  BasicEvpoolPlannedStack(const TaskKernel &kernel, const Dag &dag, CUDAStreamPool &streams = CUDAStreamPool::instance(),
+  BasicEvpoolPlannedStack(const TaskKernel &kernel, const Dag &dag,
+                          CUDAStreamPool &streams = CUDAStreamPool::instance(),
                           CUDAEventPool &events = CUDAEventPool::instance())
-      : CudaSteps(kernel),
-        plan_(dag),
-        leases_(plan_),
-        streams_(&streams),
-        events_(&events) {
+      : CudaSteps(kernel), plan_(dag), leases_(plan_), streams_(&streams), events_(&events) {
     if (kOrder == CrossStreamOrder::kCompletions) completions_.emplace(CUDACompletionBackend(events));
   }
 
   stream_lease lease_stream(TaskId task) {
     return leases_.lease(task, [this] { return streams_->Get(kDevice); });
   }
-  bool follows_at_enqueue(TaskId task, TaskId successor) const noexcept { return plan_.same_stream(task, successor); }
+  bool follows_at_enqueue(TaskId task, TaskId successor) const noexcept {
+    return plan_.same_stream(task, successor);
+  }
   /// Only an input on another stream (kEvents): the stream orders one on the task's own.
   void wait(const stream_lease &stream, const event_type &input) const {
     if (input.planned_stream != plan_.stream_of(stream.task())) CudaSteps::wait(stream.get(), input.event);

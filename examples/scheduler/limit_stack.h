@@ -55,8 +55,7 @@ class LimitStack : public EnqueuedCompletions {
   /// Creates the streams of chain_streams(dag) and an event for every task needed on another
   /// stream, on kDevice. `kernel` and `dag` must outlive the stack, and the graph must not change. Throws
   /// CUDAError; what was created is destroyed.
-  LimitStack(const TaskKernel &kernel, const Dag &dag)
-      : EnqueuedCompletions(kernel), plan_(dag) {
+  LimitStack(const TaskKernel &kernel, const Dag &dag) : EnqueuedCompletions(kernel), plan_(dag) {
     streams_.resize(plan_.streams());
     for (CUDAStream &stream : streams_) stream = CUDAStream::Create(/*non_blocking=*/true, kDevice);
     events_.resize(dag.size());

@@ -54,11 +54,11 @@ class CountingStack {
   stream_lease lease_stream(example::TaskId task) { return stream_lease(inner_, task, counts_); }
   void wait(const stream_lease &stream, const event_type &event) { inner_.wait(stream.inner(), event); }
   /// Only where the inner stack plans its streams (stack.h).
-  bool follows_at_enqueue(example::TaskId task, example::TaskId successor) const noexcept
-    requires requires(const Inner &inner, example::TaskId id) { inner.follows_at_enqueue(id, id); }
-  {
-    return inner_.follows_at_enqueue(task, successor);
+  bool follows_at_enqueue(example::TaskId task, example::TaskId successor) const noexcept requires
+      requires(const Inner &inner, example::TaskId id) {
+    inner.follows_at_enqueue(id, id);
   }
+  { return inner_.follows_at_enqueue(task, successor); }
   void launch(const stream_lease &stream, example::TaskId task, std::chrono::nanoseconds duration) {
     inner_.launch(stream.inner(), task, duration);
   }
