@@ -203,13 +203,13 @@ TYPED_TEST(RetiredEvents, RetiredHandlesGoWithinTheBoundEvenWhenTheCacheAbsorbsE
   driver.cycle(kBurst, bound);
   const std::uint64_t retired = pool.retired_handles(0);
   ASSERT_GT(retired, std::uint64_t{detail::kRetiredDestroyedPerGet});
-  const std::uint64_t unit = TestFixture::kCached ? 256 : 1;  // the Gets one look stands for
+  const std::uint64_t unit = TestFixture::caches_on() ? 256 : 1;  // the Gets one look stands for
   const std::uint64_t window = detail::retired_window_gets(retired, kLimit) + unit;
   const std::uint64_t most_gets =
       3 * window + unit * ((retired + detail::kRetiredDestroyedPerGet - 1) / detail::kRetiredDestroyedPerGet + 1);
   // Without caches each round retires what the limit cannot keep and takes it back the next: its
   // own working set, no longer the peak's.
-  const std::uint64_t working_set = TestFixture::kCached ? 0 : kRound - kLimit;
+  const std::uint64_t working_set = TestFixture::caches_on() ? 0 : kRound - kLimit;
   std::uint64_t gets = 0;
   while (pool.retired_handles(0) > working_set && gets < most_gets) {
     driver.cycle(kRound, bound);
