@@ -44,7 +44,8 @@ class UniqueLease {
   int device_id() const noexcept { return owner_.device_id(); }
   explicit operator bool() const noexcept { return static_cast<bool>(owner_); }
 
-  /// Takes the handle out of the lease; the caller owns it and the pool forgets it.
+  /// Takes the handle out of the lease; the caller owns it and the pool forgets it (under a cap, its
+  /// place too: to give it back, PutForeign, which takes a place again; pool_cap.h).
   owner_type release() noexcept {
     if (core_ != nullptr && fork_generation_ == detail::fork_generation()) core_->let_go(owner_.device_id());
     owner_type owner = std::move(owner_);

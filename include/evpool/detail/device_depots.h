@@ -568,7 +568,16 @@ class DeviceDepots {
     } while (!kept.compare_exchange_weak(now, now + 1, std::memory_order_relaxed, std::memory_order_relaxed));
     return true;
   }
-  void release_place(int device) noexcept { kept_[device].value.fetch_sub(1, std::memory_order_relaxed); }
+  // Stops at 0: a handle given to Put that the pool never counted (an outside handle that records
+  // its device, which Put cannot tell from its own: pool_cap.h) is still destroyed through here,
+  // and a count that wrapped below 0 would refuse every create for ever. Such handles pass the cap
+  // by as many, as pool_cap.h says; they never take it away. Relaxed, as take_place.
+  void release_place(int device) noexcept {
+    std::atomic<std::uint64_t> &kept = kept_[device].value;
+    std::uint64_t now = kept.load(std::memory_order_relaxed);
+    while (now != 0 && !kept.compare_exchange_weak(now, now - 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
+    }
+  }
 
   // A magazine of busy handles (count >= 1) joins those set aside.
   void set_aside_magazine(int device, std::uint32_t index) noexcept {
