@@ -97,7 +97,7 @@ TEST(PoolCapEdges, AForkChildsFirstWaiterFlushesTheCachesEvenIfTheParentHadWaite
   while (pool.stats().total().waits_at_cap < 1) std::this_thread::yield();
   const pid_t child = fork();
   if (child == 0) {
-    auto own = pool.Get(0);  // the child's own: the parent's were forgotten
+    auto own = pool.Get(0);    // the child's own: the parent's were forgotten
     pool.Put(std::move(own));  // idle, in this thread's cache
     int status = 1;
     std::thread other([&] {

@@ -575,7 +575,8 @@ class DeviceDepots {
   void release_place(int device) noexcept {
     std::atomic<std::uint64_t> &kept = kept_[device].value;
     std::uint64_t now = kept.load(std::memory_order_relaxed);
-    while (now != 0 && !kept.compare_exchange_weak(now, now - 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
+    while (now != 0 &&
+           !kept.compare_exchange_weak(now, now - 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
     }
   }
 
