@@ -11,15 +11,18 @@
 //   (docs/streams.md, "A cap"). GetWithin and LeaseWithin wait at most a given time, and then
 //   throw CapReachedError, naming the device, the cap and how many handles this process holds.
 // - A handle handed out stays counted until it is put back (or its lease ends), so a Get at the
-//   cap waits even while every handle is out. A lease's release() takes its handle out of the
-//   count for good.
+//   cap waits even while every handle is out. A got handle that its holder destroys instead (a
+//   CUDAEvent dropped while unwinding, say) keeps its place for the pool's life: the pool cannot
+//   see it go, and reports it as outstanding. A lease's release() takes its handle out of the
+//   count for good; to give it back, PutForeign.
 // - A handle the pool did not hand out takes a place when it is put in: a bare handle (one that
 //   records no device), any handle given to PutForeign, and every stream given to
 //   CUDAStreamPool::Put (its Get hands out leases). At the cap such a Put is refused with
 //   CapReachedError, before anything changed: the caller still owns the handle. (Refused rather
 //   than destroyed: the caller may hand it elsewhere, and a Put never calls the driver.) A handle
 //   that records its device given to Put is taken for one of the pool's own coming back: hand
-//   outside handles in with PutForeign, or the cap may be passed by as many.
+//   outside handles in with PutForeign, or the cap may be passed by as many (never lowered: the
+//   count stops at 0 when such a handle is destroyed).
 //
 // The count is written only where a handle is created, destroyed, let go or taken in from outside,
 // never on a Get or Put of the pool's own handles (detail/device_depots.h, "The cap").
