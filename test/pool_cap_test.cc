@@ -147,7 +147,7 @@ TYPED_TEST(PoolCap, AReleasedHandleLeavesTheCountAndComesBackForeign) {
   leases.pop_back();
   // (held: in this thread's cache, the idle handle counts as held, out of other threads' reach)
   this->cap_error_of([&] { this->pool.PutForeign(std::move(released)); },
-                     test::kCached<typename TypeParam::Policy> ? TestFixture::kCap : TestFixture::kCap - 1);
+                     test::caches_on<typename TypeParam::Policy>() ? TestFixture::kCap : TestFixture::kCap - 1);
   this->pool.Purge();
   this->pool.PutForeign(std::move(released));
   EXPECT_FALSE(static_cast<bool>(released));

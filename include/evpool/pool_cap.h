@@ -10,6 +10,9 @@
 //   ever: the pool cannot tell that apart from handles that other threads hold for a while
 //   (docs/streams.md, "A cap"). GetWithin and LeaseWithin wait at most a given time, and then
 //   throw CapReachedError, naming the device, the cap and how many handles this process holds.
+//   Waiters share their flushes of the threads' caches (the first to wait flushes, then one every
+//   64 rounds): a handle put back into a thread's cache after the last flush is found at the next,
+//   so a GetWithin whose patience is shorter than that may give up with one idle in a cache.
 // - A handle handed out stays counted until it is put back (or its lease ends), so a Get at the
 //   cap waits even while every handle is out. A got handle that its holder destroys instead (a
 //   CUDAEvent dropped while unwinding, say) keeps its place for the pool's life: the pool cannot

@@ -509,6 +509,9 @@ class HandlePoolCore final : private DeferredWork {
   [[gnu::noinline, gnu::cold]] void forget_parents_handles() noexcept {
     fork_guard_.forget_once([this] {
       depots_.forget_all_in_child();
+      // The parent's waiters at the cap are not in the child: none would ever leave, and no Get
+      // of the child would be the first to wait.
+      waiting_at_cap_.store(0, std::memory_order_relaxed);
       if constexpr (kCached) registry_.forget_in_child();
     });
   }
@@ -700,22 +703,31 @@ class HandlePoolCore final : private DeferredWork {
   // for ever, as on a semaphore (pool_cap.h says why the pool cannot tell that apart).
   //
   // Idle handles may sit in other threads' caches, out of the Get's reach, so every thread's cache
-  // goes to the depot (a Trim that destroys nothing), but one flush serves every waiter: a waiter
-  // flushes on its first round and every kRoundsBetweenFlushes rounds only if no flush began since
-  // it last looked (since it began to wait, on its first round: a flush from before then may have
-  // missed a handle put back since; maybe_flush_every_cache). So W Gets that begin to wait
-  // together flush about once, and once per kRoundsBetweenFlushes rounds after, not W times.
+  // goes to the depot (a Trim that destroys nothing), but one flush serves every waiter: a Get
+  // that begins to wait while others wait already relies on theirs, and each waiter flushes every
+  // kRoundsBetweenFlushes rounds only if no flush began since its last one (maybe_flush_every_cache).
+  // So W Gets waiting together flush about once per kRoundsBetweenFlushes rounds, not W times. The
+  // price: a handle put back into a thread's cache after the last flush is found at the next, so a
+  // GetWithin beside other waiters may give up, if its patience is shorter than those rounds, with
+  // such a handle idle in a cache (pool_cap.h).
   // Their looks into the set-aside handles share sweeps in the same way (the ticket;
   // device_depots.h, sweep_set_aside).
   [[gnu::noinline]] handle_type wait_at_cap(Depots &store, int device, const Deadline *deadline) {
     if constexpr (kCountCalls) store.counts(device).waits_at_cap.fetch_add(1, std::memory_order_relaxed);
+    // Relaxed: the count only chooses who flushes first; the flushes are ordered by the lock.
+    const bool first = waiting_at_cap_.fetch_add(1, std::memory_order_relaxed) == 0;
+    struct LeaveOnReturn {
+      atomic<std::uint32_t> &waiting;
+      ~LeaveOnReturn() { waiting.fetch_sub(1, std::memory_order_relaxed); }
+    } leave_on_return{waiting_at_cap_};
     std::uint64_t flushes_seen = cache_flushes_.load(std::memory_order_relaxed);
     SweepTicket ticket;
     handle_type handle;
     for (std::uint64_t round = 0;; ++round) {
       run_deferred_work();  // a lease that outlived its pool may give a handle back
       if constexpr (kCached)
-        if (round % kRoundsBetweenFlushes == 0) maybe_flush_every_cache(device, flushes_seen);
+        if (round % kRoundsBetweenFlushes == 0 && (round != 0 || first))
+          maybe_flush_every_cache(device, flushes_seen);
       if (take_idle_from_depot(store, device, handle, &ticket)) return handle;
       if (store.create_within_cap(device, handle)) {  // one was destroyed or let go meanwhile
         if constexpr (kCountCalls) store.counts(device).gets_missed.fetch_add(1, std::memory_order_relaxed);
@@ -1205,9 +1217,10 @@ class HandlePoolCore final : private DeferredWork {
   alignas(kFalseSharingRange) atomic<std::int64_t> lease_balance_{kLeaseBias};
   atomic<bool> closed_{false};
 
-  // The cache flushes begun for Gets waiting at the cap (written under the registry lock):
-  // wait_at_cap. Touched only by Gets at the cap.
-  alignas(kFalseSharingRange) atomic<std::uint64_t> cache_flushes_{0};
+  // Gets waiting at the cap, of any device, and the cache flushes begun for them (written under the
+  // registry lock): wait_at_cap. Touched only by Gets at the cap.
+  alignas(kFalseSharingRange) atomic<std::uint32_t> waiting_at_cap_{0};
+  atomic<std::uint64_t> cache_flushes_{0};
 
   Registry registry_;
 };
