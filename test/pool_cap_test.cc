@@ -25,21 +25,12 @@ namespace {
 
 using std::chrono::nanoseconds;
 
-template <class BackendType, class PolicyType>
-struct Config {
-  using Backend = BackendType;
-  using Policy = PolicyType;
-};
+template <class Backend, class Policy>
+using Config = test::BackendAndPolicy<Backend, Policy>;
 using Configs =
     ::testing::Types<Config<HostBackend, DefaultPoolPolicy>, Config<HostBackend, NoCachePolicy<>>,
                      Config<test::HostStreamBackend, StreamPoolPolicy>, Config<test::HostStreamBackend, NoCachePolicy<>>>;
-struct ConfigName {
-  template <class C>
-  static std::string GetName(int) {
-    const std::string kind = std::is_same_v<typename C::Backend, HostBackend> ? "Events" : "Streams";
-    return kind + test::PolicyName::GetName<typename C::Policy>(0);
-  }
-};
+using ConfigName = test::BackendAndPolicyName;
 
 template <class C>
 class PoolCap : public ::testing::Test {

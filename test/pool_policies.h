@@ -100,6 +100,21 @@ struct PolicyName {
   }
 };
 
+/// A typed test's pairing of a host backend (events: HostBackend; streams: HostStreamBackend, or
+/// any other) with a policy, and its name, "EventsCached", "StreamsUncached" and so on.
+template <class BackendType, class PolicyType>
+struct BackendAndPolicy {
+  using Backend = BackendType;
+  using Policy = PolicyType;
+};
+struct BackendAndPolicyName {
+  template <class C>
+  static std::string GetName(int) {
+    const std::string kind = std::is_same_v<typename C::Backend, HostBackend> ? "Events" : "Streams";
+    return kind + PolicyName::GetName<typename C::Policy>(0);
+  }
+};
+
 /// The fixture of typed tests that need nothing but the pool type on the host backend:
 /// `template <class Policy> using MySuite = test::HostPoolTest<Policy>;`
 template <class Policy>
