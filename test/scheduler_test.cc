@@ -312,6 +312,25 @@ std::vector<bool> descendants(const Dag &dag, TaskId task) {
   return below;
 }
 
+// After a run that a refused step ended: no task ran twice, none that needs the refused one
+// (`after`) ran, none ran before its inputs, and the executor ended every lease, handed back every
+// event and heard every completion it asked for.
+template <class Counted>
+void expect_refusal_contained(const Dag &dag, const DeviceLog &log, const std::vector<bool> &after,
+                              const Counted &counted) {
+  for (TaskId task = 0; task < dag.size(); ++task) {
+    EXPECT_LE(log.runs[task], 1) << "task " << task;
+    if (after[task]) {
+      EXPECT_EQ(log.runs[task], 0) << "task " << task << " needs the refused one";
+    }
+  }
+  EXPECT_EQ(log.early, 0u) << log.first_early;
+  const auto &counts = counted.counts();
+  EXPECT_EQ(counts.leases.load(), counts.leases_ended.load()) << "stream leases not ended";
+  EXPECT_EQ(counts.events.load(), counts.events_back.load()) << "events not handed back";
+  EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
+}
+
 struct Workload {
   const char *name;
   Dag (*make)();
@@ -656,18 +675,8 @@ TEST_P(ExecutorStepFailures, EndTheRunWithTheirErrorLaunchNothingAfterTheTaskAnd
                 std::string(kStepNames[static_cast<int>(GetParam())]) + " of task 40 refused");
     }
     bench.gpu.synchronize();
-    for (TaskId task = 0; task < dag.size(); ++task) {
-      EXPECT_LE(bench.log.runs[task], 1) << "task " << task;
-      if (after[task]) {
-        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
-      }
-    }
-    EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
-    const auto &counts = counted.counts();
-    EXPECT_EQ(counts.leases.load(), counts.leases_ended.load()) << "stream leases not ended";
-    EXPECT_EQ(counts.events.load(), counts.events_back.load()) << "events not handed back";
-    EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
-    EXPECT_LT(counts.notifies.load(), dag.size());
+    expect_refusal_contained(dag, bench.log, after, counted);
+    EXPECT_LT(counted.counts().notifies.load(), dag.size());
 
     // The executor and the stack are as good as new.
     faulty.heal();
@@ -721,17 +730,7 @@ void expect_planned_step_failure_recovers(Step step) {
                                                std::to_string(*refused) + " refused");
     }
     EXPECT_EQ(bench.streams->stats().total().outstanding, 0) << "a planned stream was not handed back";
-    for (TaskId task = 0; task < dag.size(); ++task) {
-      EXPECT_LE(bench.log.runs[task], 1) << "task " << task;
-      if (after[task]) {
-        EXPECT_EQ(bench.log.runs[task], 0) << "task " << task << " needs the refused one";
-      }
-    }
-    EXPECT_EQ(bench.log.early, 0u) << bench.log.first_early;
-    const auto &counts = counted.counts();
-    EXPECT_EQ(counts.leases.load(), counts.leases_ended.load()) << "stream leases not ended";
-    EXPECT_EQ(counts.events.load(), counts.events_back.load()) << "events not handed back";
-    EXPECT_EQ(counts.callbacks.load(), counts.notifies.load());
+    expect_refusal_contained(dag, bench.log, after, counted);
 
     faulty.heal();
     for (int run = 0; run < 2; ++run) {
