@@ -2,27 +2,34 @@
 // this program as a child process (the error leaves the process's context unusable).
 // Usage: evpool_completion_error_scenario query|signal. The queue hears completions through event
 // queries (CompletionSignal::kEventQuery), or through signals where the device can (kAuto): then
-// the faulting stream's request, whose signal never lands, hears its error through the event,
-// queried once the signal has not landed for signal_query_interval (the "queue:" line prints the
-// counts).
-// On device 0, with three streams made beforehand: a spin of 10 s runs on the third, and a
+// the faulting stream's request, whose signal never lands, hears its error through the device's one
+// query per interval, whichever request's event that asks (detail/signal_probes.h; the "queue:"
+// line prints the counts).
+// On device 0, with three streams made beforehand: a spin of 4 s runs on the third, and a
 // completion is asked for on it; the fault kernel (support/ptx_kernels.h) runs on the first, a
 // completion is asked for on it and waited for; then the spinning stream's; then one is asked for
-// on the second stream, which had no work, and waited for. The spinning stream's request is
-// pending when the fault ends the context's work: its signal never lands, and with signals it
-// hears the error only through the device's one query per interval, whichever request's event
-// that asks (detail/signal_probes.h). The queue is then destroyed, and the callbacks' counts and
-// statuses printed, a line each, "faulting stream: ", "spinning stream, at the fault: " then
-// "other stream, later: ", as in
-//  faulting stream: callbacks 1, status 719 cudaErrorLaunchFailure (handle: cudaErrorLaunchFailure)
-// Exit status: 0 if the three callbacks ran exactly once, each with an error (not cudaSuccess) that
-// its handle reports too; 1 otherwise; 2 for a bad argument; 3 if the kernels could not be loaded
-// or launched; 77 without a GPU (the reason on stderr).
+// on the second stream, which had no work, and waited for. The queue is then destroyed, and the
+// callbacks' counts and statuses printed, a line each, "faulting stream: ", "spinning stream, at
+// the fault: " then "other stream, later: ", as in
+//  faulting stream: callbacks 1, status 719 cudaErrorLaunchFailure (handle: cudaErrorLaunchFailure), heard after 3 ms
+// (the time since the spin's launch). The spin, launched before the fault, may end with the
+// context's work (then with the error) or run to its end (then CUDA reports cudaSuccess for the
+// event behind it): its callback must get what its handle reports, once, whichever that is, and
+// the test checks that both modes get the same. The kernels load eagerly (CUDA_MODULE_LOADING=EAGER,
+// set here): loaded lazily, the fault kernel's first launch waited for the running spin to end
+// (on an H100 with driver 580 the fault was heard 2.3 to 2.6 s after a 2 s spin's launch), and
+// the spin never ran at the fault.
+// Exit status: 0 if the three callbacks ran exactly once, each with the status its handle reports,
+// an error for the faulting and the later stream, and the fault was heard before the spin's end;
+// 1 otherwise; 2 for a bad argument; 3 if the
+// kernels could not be loaded or launched; 77 without a GPU (the reason on stderr).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -33,16 +40,24 @@
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Seen {
   std::atomic<int> callbacks{0};
   std::atomic<cudaError_t> status{cudaSuccess};
+  std::atomic<std::int64_t> heard_after_ms{-1};  // since the spin's launch: which ended first shows
 };
 
-bool report(const char *what, const Seen &seen, cudaError_t handle_status) {
+enum class Expect { kError, kWhatItsHandleReports };
+
+constexpr std::chrono::seconds kSpin{4};
+
+bool report(const char *what, const Seen &seen, cudaError_t handle_status, Expect expect) {
   const cudaError_t status = seen.status.load();
-  std::printf("%s: callbacks %d, status %d %s (handle: %s)\n", what, seen.callbacks.load(),
-              static_cast<int>(status), cudaGetErrorName(status), cudaGetErrorName(handle_status));
-  return seen.callbacks.load() == 1 && status != cudaSuccess && handle_status == status;
+  std::printf("%s: callbacks %d, status %d %s (handle: %s), heard after %lld ms\n", what, seen.callbacks.load(),
+              static_cast<int>(status), cudaGetErrorName(status), cudaGetErrorName(handle_status),
+              static_cast<long long>(seen.heard_after_ms.load()));
+  return seen.callbacks.load() == 1 && handle_status == status && (expect != Expect::kError || status != cudaSuccess);
 }
 
 }  // namespace
@@ -55,6 +70,7 @@ int main(int argc, char **argv) {
   const evpool::CompletionSignal signal = std::strcmp(argv[1], "signal") == 0
                                               ? evpool::CompletionSignal::kAuto
                                               : evpool::CompletionSignal::kEventQuery;
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/1);  // before the first CUDA call
   int devices = 0;
   if (const cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
     std::fprintf(stderr, "needs a GPU: %s\n",
@@ -81,13 +97,16 @@ int main(int argc, char **argv) {
   {
     std::optional<evpool::CompletionQueue> queue;
     queue.emplace(evpool::CUDACompletionBackend(pool), evpool::CompletionQueueOptions{.signal = signal});
-    const auto callback = [](Seen &seen) {
-      return [&seen](cudaError_t status) {
+    const Clock::time_point spin_launched = Clock::now();
+    const auto callback = [spin_launched](Seen &seen) {
+      return [&seen, spin_launched](cudaError_t status) {
         seen.status = status;
+        seen.heard_after_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - spin_launched).count();
         ++seen.callbacks;
       };
     };
-    if (const cudaError_t launched = kernels.spin(spinning, std::chrono::seconds(10)); launched != cudaSuccess) {
+    if (const cudaError_t launched = kernels.spin(spinning, kSpin); launched != cudaSuccess) {
       std::fprintf(stderr, "launching the spin kernel: %s\n", cudaGetErrorName(launched));
       return 3;
     }
@@ -108,12 +127,16 @@ int main(int argc, char **argv) {
         static_cast<unsigned long long>(stats.signal_reads), static_cast<unsigned long long>(stats.queries));
     queue.reset();  // nothing pending: a callback run twice would show now
   }
-  const bool first_ok = report("faulting stream", first, first_handle);
-  const bool at_fault_ok = report("spinning stream, at the fault", at_fault, at_fault_handle);
-  const bool second_ok = report("other stream, later", second, second_handle);
+  const bool first_ok = report("faulting stream", first, first_handle, Expect::kError);
+  const bool at_fault_ok =
+      report("spinning stream, at the fault", at_fault, at_fault_handle, Expect::kWhatItsHandleReports);
+  const bool second_ok = report("other stream, later", second, second_handle, Expect::kError);
+  const bool spin_ran_at_the_fault =
+      first.heard_after_ms.load() < std::chrono::duration_cast<std::chrono::milliseconds>(kSpin).count();
+  if (!spin_ran_at_the_fault) std::printf("the fault was heard after the spin's end: it did not run at the fault\n");
   std::fflush(stdout);
   (void)cudaStreamDestroy(faulting);  // fail after the error: ignored
   (void)cudaStreamDestroy(other);
   (void)cudaStreamDestroy(spinning);
-  return first_ok && at_fault_ok && second_ok ? 0 : 1;
+  return first_ok && at_fault_ok && second_ok && spin_ran_at_the_fault ? 0 : 1;
 }
