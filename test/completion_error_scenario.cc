@@ -54,10 +54,11 @@ constexpr std::chrono::seconds kSpin{4};
 
 bool report(const char *what, const Seen &seen, cudaError_t handle_status, Expect expect) {
   const cudaError_t status = seen.status.load();
-  std::printf("%s: callbacks %d, status %d %s (handle: %s), heard after %lld ms\n", what, seen.callbacks.load(),
-              static_cast<int>(status), cudaGetErrorName(status), cudaGetErrorName(handle_status),
-              static_cast<long long>(seen.heard_after_ms.load()));
-  return seen.callbacks.load() == 1 && handle_status == status && (expect != Expect::kError || status != cudaSuccess);
+  std::printf("%s: callbacks %d, status %d %s (handle: %s), heard after %lld ms\n", what,
+              seen.callbacks.load(), static_cast<int>(status), cudaGetErrorName(status),
+              cudaGetErrorName(handle_status), static_cast<long long>(seen.heard_after_ms.load()));
+  return seen.callbacks.load() == 1 && handle_status == status &&
+         (expect != Expect::kError || status != cudaSuccess);
 }
 
 }  // namespace
@@ -133,7 +134,8 @@ int main(int argc, char **argv) {
   const bool second_ok = report("other stream, later", second, second_handle, Expect::kError);
   const bool spin_ran_at_the_fault =
       first.heard_after_ms.load() < std::chrono::duration_cast<std::chrono::milliseconds>(kSpin).count();
-  if (!spin_ran_at_the_fault) std::printf("the fault was heard after the spin's end: it did not run at the fault\n");
+  if (!spin_ran_at_the_fault)
+    std::printf("the fault was heard after the spin's end: it did not run at the fault\n");
   std::fflush(stdout);
   (void)cudaStreamDestroy(faulting);  // fail after the error: ignored
   (void)cudaStreamDestroy(other);

@@ -18,6 +18,7 @@
 #include "evpool/host_backend.h"
 #include "support/host_completion_backend.h"
 #include "support/host_completion_fixture.h"
+#include "support/sanitizers.h"
 
 namespace evpool {
 namespace {
@@ -26,13 +27,7 @@ using test::HostCompletionBackend;
 using test::HostWorkStream;
 using Queue = BasicCompletionQueue<HostCompletionBackend>;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-constexpr bool kThreadSanitizer = __has_feature(thread_sanitizer);
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+using test::kThreadSanitizer;
 
 // Runs `child` in a fork() child and returns its exit status (a bit mask of failures).
 int run_in_child(const std::function<int()> &child) {

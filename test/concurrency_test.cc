@@ -30,6 +30,7 @@
 #include "evpool/pool_checks.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
+#include "support/sanitizers.h"
 
 namespace evpool {
 namespace {
@@ -99,7 +100,8 @@ template <class Backend, class Policy>
 void run_scenario(const Scenario &scenario) {
   using Pool = BasicHandlePool<Backend, Policy>;
   constexpr bool kStreams = BusyHandleBackend<Backend>;
-  constexpr int kTotalOperations = 400'000;
+  // A quarter under ThreadSanitizer (support/sanitizers.h): there the 64-thread scenarios took 14 s each.
+  constexpr int kTotalOperations = test::kThreadSanitizer ? 100'000 : 400'000;
   constexpr std::size_t kMaxHeld = 6;
   const int operations = std::max(1000, kTotalOperations / scenario.threads);
 

@@ -658,7 +658,8 @@ TEST(CompletionQueueStickyError, ReachesTheCallbackOfItsStreamAndOfALaterRequest
     if (outcome.status == 77) GTEST_SKIP() << outcome.output;
     EXPECT_FALSE(outcome.hung) << "the scenario did not exit within 60 s:\n" << outcome.output;
     EXPECT_EQ(outcome.status, 0) << outcome.output;
-    for (const char *prefix : {"faulting stream: callbacks 1, status ", "other stream, later: callbacks 1, status "}) {
+    for (const char *prefix :
+         {"faulting stream: callbacks 1, status ", "other stream, later: callbacks 1, status "}) {
       const std::string line = line_of(outcome.output, prefix);
       EXPECT_FALSE(line.empty()) << "no line \"" << prefix << "\":\n" << outcome.output;
       EXPECT_EQ(line.find("cudaSuccess"), std::string::npos) << outcome.output;

@@ -25,6 +25,7 @@
 #include "evpool/pool_policy.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
+#include "support/sanitizers.h"
 
 namespace evpool {
 namespace {
@@ -54,11 +55,7 @@ class KnownIdleStress : public testing::Test {
   static constexpr int kDevices = 2;
   static constexpr int kOwners = 3;
   // Each owner's calls: ThreadSanitizer runs them about ten times slower.
-#if defined(__SANITIZE_THREAD__)
-  static constexpr int kCalls = 30000;
-#else
-  static constexpr int kCalls = 200000;
-#endif
+  static constexpr int kCalls = test::kThreadSanitizer ? 30000 : 200000;
 
   explicit KnownIdleStress(std::size_t cap = kUncapped)
       : pool(backend, HostStreamBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault, cap) {}

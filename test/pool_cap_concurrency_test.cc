@@ -244,6 +244,35 @@ TEST(CapWaits, OneCacheFlushServesEveryWaiter) {
   EXPECT_EQ(backend.created(), std::uint64_t{kWaiters});
 }
 
+// Waiters that wait long flush about once per kRoundsBetweenFlushes rounds between them, not once
+// each: a waiter flushes at its turn only if no flush began since its last look, and its looks are
+// 64 rounds (at least 54 ms of 1 ms pauses) apart, so two flushes are at least that far apart,
+// however many wait. The waiters wait about 400 ms here; flushing at each turn they flushed about
+// 8 times as often as the bound.
+TEST(CapWaits, WaitersWaitingLongFlushAboutOncePerTurnBetweenThem) {
+  constexpr int kWaiters = 8;
+  HostBackend backend(1);
+  BasicHandlePool<HostBackend> pool(backend, HostBackend::kDefaultOptions, kUnlimitedIdle, Checks::kDefault,
+                                    kWaiters);
+  if (test::pools_are_checked()) GTEST_SKIP() << "checked pools keep no caches to flush";
+  std::vector<BasicHandlePool<HostBackend>::unique_lease> mine;
+  for (int i = 0; i < kWaiters; ++i) mine.push_back(pool.Lease(0));
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < kWaiters; ++w)
+    waiters.emplace_back([&] { auto lease = pool.LeaseWithin(std::chrono::seconds(60), 0); });
+  while (pool.stats().total().waits_at_cap < kWaiters) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  mine.clear();
+  pool.FlushThreadCache();
+  for (std::thread &waiter : waiters) waiter.join();
+  const auto waited_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
+  const std::uint64_t flushes = pool.stats().total().cache_flushes_at_cap;
+  EXPECT_LE(flushes, static_cast<std::uint64_t>(2 + waited_ms / 50))
+      << kWaiters << " waiters flushed " << flushes << " times in " << waited_ms << " ms";
+}
+
 // A sweep of the set-aside streams serves every Get waiting for it. Streams set aside busy (on the
 // tick clock, which this test never advances), no caches; one Get sweeps, its first query held
 // until W more Gets wait for the sweep (the policy's spin_wait tells when each begins to); the
@@ -295,10 +324,17 @@ TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
   const std::uint64_t queries = backend.queries();
   CountsWaiters::waiting.store(0);
   backend.close_the_gate();
-  std::thread sweeper([&] { auto lease = pool.Lease(0); });
+  BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease swept;  // held: it stays out of the depot
+  std::thread sweeper([&] { swept = pool.Lease(0); });
   while (!backend.someone_at_the_gate()) std::this_thread::yield();
+  std::atomic<int> served{0};
   std::vector<std::thread> waiters;
-  for (int w = 0; w < kWaiters; ++w) waiters.emplace_back([&] { auto lease = pool.Lease(0); });
+  for (int w = 0; w < kWaiters; ++w)
+    waiters.emplace_back([&] {
+      auto lease = pool.Lease(0);
+      served.fetch_add(1);
+      while (served.load() < kWaiters) std::this_thread::yield();  // hold it: none comes back meanwhile
+    });
   while (CountsWaiters::waiting.load() < kWaiters) std::this_thread::yield();
   backend.open();
   sweeper.join();
@@ -308,6 +344,41 @@ TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
   EXPECT_LE(backend.queries() - queries, std::uint64_t{kSetAside + 1 + kWaiters})
       << "Gets asked again what a sweep found busy";
   EXPECT_EQ(backend.created(), std::uint64_t{kSetAside + 2 + kWaiters});
+}
+
+// A Get that waited for a sweep which found an idle stream (and took it) sweeps in turn, for
+// another: the verdict "every stream busy" is only a sweep's that found none. Here every stream
+// set aside is idle by the time the sweep asks; W Gets wait for it, and none creates.
+TEST(CapWaits, AGetThatWaitedForASweepThatFoundAnIdleStreamSweepsInTurn) {
+  constexpr int kSetAside = 16, kWaiters = 8;
+  GatedStreamBackend backend(1, test::HostStreamBackend::Clock::kTicks);
+  BasicHandlePool<GatedStreamBackend, CountsWaiters> pool(backend);
+  {
+    std::vector<BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease> leases;
+    for (int i = 0; i < kSetAside; ++i) leases.push_back(pool.Lease(0));
+    for (auto &lease : leases) backend.make_busy(lease.get(), 1'000);
+  }
+  auto sets_aside = pool.Lease(0);
+  ASSERT_EQ(pool.busy_handles(0), std::uint64_t{kSetAside});
+  backend.advance(2'000);  // every stream set aside is idle now
+  CountsWaiters::waiting.store(0);
+  backend.close_the_gate();
+  BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease swept;  // held: it stays out of the depot
+  std::thread sweeper([&] { swept = pool.Lease(0); });
+  while (!backend.someone_at_the_gate()) std::this_thread::yield();
+  std::atomic<int> served{0};
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < kWaiters; ++w)
+    waiters.emplace_back([&] {
+      auto lease = pool.Lease(0);
+      served.fetch_add(1);
+      while (served.load() < kWaiters) std::this_thread::yield();  // hold it: none comes back meanwhile
+    });
+  while (CountsWaiters::waiting.load() < kWaiters) std::this_thread::yield();
+  backend.open();
+  sweeper.join();
+  for (std::thread &waiter : waiters) waiter.join();
+  EXPECT_EQ(backend.created(), std::uint64_t{kSetAside + 1}) << "a Get created where a stream set aside was idle";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "evpool/basic_handle_pool.h"
 #include "evpool/host_backend.h"
 #include "evpool/pool_cap.h"
+#include "evpool/pool_checks.h"
 #include "pool_policies.h"
 #include "support/host_stream_backend.h"
 
@@ -142,6 +143,21 @@ TYPED_TEST(PoolCap, AReleasedHandleLeavesTheCountAndComesBackForeign) {
   this->pool.Purge();
   this->pool.PutForeign(std::move(released));
   EXPECT_FALSE(static_cast<bool>(released));
+}
+
+// A foreign Put that a checked pool refuses as a double Put gives its place back: the cap still
+// lets the pool have kCap handles (here: the one put back, and kCap - 1 made).
+TYPED_TEST(PoolCap, AForeignDoublePutGivesItsPlaceBack) {
+  typename TestFixture::Pool checked{this->backend, TypeParam::Backend::kDefaultOptions, kUnlimitedIdle,
+                                     Checks::kOn, TestFixture::kCap};
+  auto released = checked.Lease(0).release();  // out of the count
+  auto duplicate = this->backend.adopt(released.get(), 0);
+  checked.PutForeign(std::move(released));
+  EXPECT_THROW(checked.PutForeign(std::move(duplicate)), DoublePutError);
+  std::vector<typename TestFixture::Pool::unique_lease> leases;
+  for (std::size_t i = 0; i < TestFixture::kCap; ++i)
+    leases.push_back(checked.LeaseWithin(nanoseconds(0), 0));
+  EXPECT_EQ(this->backend.created(), TestFixture::kCap);
 }
 
 TYPED_TEST(PoolCap, ANegativePatienceIsRefusedBeforeAnythingIsTaken) {

@@ -351,26 +351,13 @@ class DeviceDepots {
   /// sweeps at its last look (sweep_set_aside); nullptr for one look.
   template <class Busy>
   bool take_idle(int device, handle_type &out, Busy &&busy, SweepTicket *ticket = nullptr) noexcept {
-    Batch set_aside(*this, device, &DeviceDepots::set_aside_magazine);
-    bool found = false;
-    for (std::uint32_t index = take_filled(device); !found && index != kNilIndex;) {
-      Magazine &magazine = arena_[index];
-      std::uint32_t asked = 0;
-      while (!found && asked < magazine.count) {
-        const handle_type handle = magazine.handles[asked++];
-        if (busy(handle))
-          set_aside.add(handle);
-        else
-          out = handle, found = true;
-      }
-      // What was not asked goes back as it was, moved down over what was.
-      std::copy(magazine.handles + asked, magazine.handles + magazine.count, magazine.handles);
-      magazine.count -= asked;
-      return_filled(device, index);
-      if (!found) index = take_filled(device);
-    }
-    set_aside.flush();
-    if (found || sweep_set_aside(device, out, busy, ticket)) return true;
+    if (take_idle_in_depot(device, out, busy)) return true;
+    bool waited = false;
+    if (sweep_set_aside(device, out, busy, ticket, waited)) return true;
+    // While this Get waited for another's sweep or tidy, that one may have filed idle handles in
+    // the depot (a tidy files every idle handle of the magazine it asks): one more look there, or
+    // the Get would create beside them (one did, beside 15 that a tidy had filed).
+    if (waited && take_idle_in_depot(device, out, busy)) return true;
     while (take_retired_one(device, out)) {
       if (!busy(out)) return true;
       set_aside_one(device, out);
@@ -603,6 +590,32 @@ class DeviceDepots {
       depot.give_reserved(index, arena_);
   }
 
+  // The depot's handles, each magazine asked from its bottom, until one is idle (into `out`); the
+  // busy ones met on the way are set aside.
+  template <class Busy>
+  bool take_idle_in_depot(int device, handle_type &out, Busy &busy) noexcept {
+    Batch set_aside(*this, device, &DeviceDepots::set_aside_magazine);
+    bool found = false;
+    for (std::uint32_t index = take_filled(device); !found && index != kNilIndex;) {
+      Magazine &magazine = arena_[index];
+      std::uint32_t asked = 0;
+      while (!found && asked < magazine.count) {
+        const handle_type handle = magazine.handles[asked++];
+        if (busy(handle))
+          set_aside.add(handle);
+        else
+          out = handle, found = true;
+      }
+      // What was not asked goes back as it was, moved down over what was.
+      std::copy(magazine.handles + asked, magazine.handles + magazine.count, magazine.handles);
+      magazine.count -= asked;
+      return_filled(device, index);
+      if (!found) index = take_filled(device);
+    }
+    set_aside.flush();
+    return found;
+  }
+
   // Asks the handles set aside on the device, as they are now (one snapshot: handles set aside
   // meanwhile wait for the next sweep), until one is idle: it goes to `out`. False if every one
   // asked was busy. One Get sweeps at a time, and a sweep serves every Get that waits for it:
@@ -619,9 +632,10 @@ class DeviceDepots {
   // So a sweep asks each handle set aside at most once, and W Gets that meet sweeps ask together
   // at most the handles set aside plus one idle one each, not W times the handles set aside. A
   // waiter never creates while a sweep holds handles out: a Get creates only once every handle
-  // set aside was found busy by a sweep that held them all.
+  // set aside was found busy by a sweep that held them all, and, if it waited for another's sweep
+  // or tidy, once it looked at the depot again after (`waited` tells take_idle so).
   template <class Busy>
-  bool sweep_set_aside(int device, handle_type &out, Busy &busy, SweepTicket *ticket) noexcept {
+  bool sweep_set_aside(int device, handle_type &out, Busy &busy, SweepTicket *ticket, bool &waited) noexcept {
     std::atomic<std::uint64_t> &word = sweeps_[device].value;
     // Acquire, on every read of the word: pairs with the release of the sweep that ended, so that
     // this Get sees the magazines it gave back (the stack's own orders publish them too) and its
@@ -642,6 +656,7 @@ class DeviceDepots {
       // (its verdict stays while tidies run); a tidy leaves the count as it was, and the Get then
       // sweeps itself.
       const std::uint64_t awaited = SweepWord::finished(now) + 1, seen = now;
+      waited = true;
       while ((now = word.load(std::memory_order_acquire)) == seen) Policy::spin_wait();
       if (SweepWord::finished(now) >= awaited && SweepWord::all_busy(now)) return false;
     }
