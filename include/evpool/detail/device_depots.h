@@ -93,8 +93,9 @@ struct SweepWord {
 
 /// Thread-safety: every member may be called by any number of threads at once, except the
 /// constructor, forget_all_in_child() (a fork child's one forgetting thread) and what a member says.
-/// Progress: lock-free, except where the backend creates or destroys (the driver may block) and
-/// where the arena grows (it allocates).
+/// Progress: lock-free, except where the backend creates or destroys (the driver may block), where
+/// the arena grows (it allocates), and where a Get that found the depot empty waits for another's
+/// sweep or tidy of the set-aside handles to end (it holds them out: a stalled sweeper stalls it).
 template <HandleBackend Backend, class Policy, class Magazine>
 class DeviceDepots {
  public:
@@ -352,12 +353,13 @@ class DeviceDepots {
   template <class Busy>
   bool take_idle(int device, handle_type &out, Busy &&busy, SweepTicket *ticket = nullptr) noexcept {
     if (take_idle_in_depot(device, out, busy)) return true;
-    bool waited = false;
-    if (sweep_set_aside(device, out, busy, ticket, waited)) return true;
-    // While this Get waited for another's sweep or tidy, that one may have filed idle handles in
-    // the depot (a tidy files every idle handle of the magazine it asks): one more look there, or
-    // the Get would create beside them (one did, beside 15 that a tidy had filed).
-    if (waited && take_idle_in_depot(device, out, busy)) return true;
+    if (sweep_set_aside(device, out, busy, ticket)) return true;
+    // A tidy that ended before the sweep's look at the word (one this Get waited for, or one that
+    // ran between its two looks) filed the idle handles it found in the depot, after the first
+    // look (a tidy files every idle handle of the magazine it asks): one more look there, or the
+    // Get would create beside them (one did, beside 15 that a tidy had filed). The sweep's acquire
+    // of the word orders the tidy's filing before this look. On an empty depot it costs a load.
+    if (take_idle_in_depot(device, out, busy)) return true;
     while (take_retired_one(device, out)) {
       if (!busy(out)) return true;
       set_aside_one(device, out);
@@ -376,7 +378,8 @@ class DeviceDepots {
     std::atomic<std::uint64_t> &word = sweeps_[device].value;
     // Acquire/release as in sweep_set_aside; a sweep in progress does the tidying. The tidy asks
     // one magazine, not all: it is no sweep, and leaves the count of sweeps as it was, and their
-    // verdict too unless it found an idle handle (a Get that waited for it then sweeps itself).
+    // verdict too unless it found an idle handle (a Get that waited for it then sweeps itself, or
+    // finds none set aside and looks at the depot again, where the tidy filed them).
     std::uint64_t now = word.load(std::memory_order_acquire);
     if (SweepWord::running(now) ||
         !word.compare_exchange_strong(now, now | SweepWord::kRunning, std::memory_order_acquire,
@@ -632,10 +635,10 @@ class DeviceDepots {
   // So a sweep asks each handle set aside at most once, and W Gets that meet sweeps ask together
   // at most the handles set aside plus one idle one each, not W times the handles set aside. A
   // waiter never creates while a sweep holds handles out: a Get creates only once every handle
-  // set aside was found busy by a sweep that held them all, and, if it waited for another's sweep
-  // or tidy, once it looked at the depot again after (`waited` tells take_idle so).
+  // set aside was found busy by a sweep that held them all, or none was set aside while it held
+  // the word, and take_idle then looks at the depot again.
   template <class Busy>
-  bool sweep_set_aside(int device, handle_type &out, Busy &busy, SweepTicket *ticket, bool &waited) noexcept {
+  bool sweep_set_aside(int device, handle_type &out, Busy &busy, SweepTicket *ticket) noexcept {
     std::atomic<std::uint64_t> &word = sweeps_[device].value;
     // Acquire, on every read of the word: pairs with the release of the sweep that ended, so that
     // this Get sees the magazines it gave back (the stack's own orders publish them too) and its
@@ -646,7 +649,10 @@ class DeviceDepots {
       if (ticket != nullptr) ticket->begun_after = SweepWord::next_to_begin(now);
       if (!SweepWord::running(now)) {
         if (SweepWord::finished(now) >= begun_after_last_look && SweepWord::all_busy(now)) return false;
-        if (set_aside_[device].empty()) return false;
+        // Taken even when none seem set aside: a tidy that took them all may be asking them (their
+        // count reads 0 then), and a Get that passed it by would create beside the idle ones it
+        // files. Held, the word says that no tidy runs, and that every tidy before filed its idle
+        // handles (its release, this acquire).
         if (word.compare_exchange_weak(now, now | SweepWord::kRunning, std::memory_order_acquire,
                                        std::memory_order_acquire))
           break;
@@ -656,9 +662,12 @@ class DeviceDepots {
       // (its verdict stays while tidies run); a tidy leaves the count as it was, and the Get then
       // sweeps itself.
       const std::uint64_t awaited = SweepWord::finished(now) + 1, seen = now;
-      waited = true;
       while ((now = word.load(std::memory_order_acquire)) == seen) Policy::spin_wait();
       if (SweepWord::finished(now) >= awaited && SweepWord::all_busy(now)) return false;
+    }
+    if (set_aside_[device].empty()) {              // none, and no tidy holds any: no sweep
+      word.store(now, std::memory_order_release);  // as it was
+      return false;
     }
     const bool found = sweep_oldest_first(device, out, busy);
     // Release: publishes the magazines given back, with the verdict, to the next reader.

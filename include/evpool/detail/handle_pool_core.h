@@ -57,10 +57,12 @@
 // Driver queries per Get (busy handles): at most three handles of the thread's cache
 // (take_older_or_bypass), each handle it takes from the depot until one is idle (each busy one is
 // then set aside), at most one sweep of the set-aside handles (each asked once; none if a sweep it
-// waited for found them all busy) and the retired ones it takes; plus, off the fast path, the one
-// magazine its tidy asks (tidy_set_aside). A Get may ask a busy handle twice: as it takes it
-// from the depot, and again in the sweep that follows, which takes back the batch it set aside.
-// W Gets that meet a sweep share it (device_depots.h, sweep_set_aside).
+// waited for found them all busy), each handle it takes from the depot in a second look, filed
+// there meanwhile, until one is idle, and the retired ones it takes; plus, off the fast path, the
+// one magazine its tidy asks (tidy_set_aside). A Get may ask a handle three times: busy as it
+// takes it from the depot, busy again in the sweep that follows (which takes back the batch it set
+// aside), and idle in the second look, where another's tidy filed it. W Gets that meet a sweep
+// share it (device_depots.h, sweep_set_aside).
 //
 // Lifetime and leases: a lease may outlive its pool. Leases are counted where they begin and end,
 // in the cache of the thread that does it (no shared word is written), or, when the cache is
