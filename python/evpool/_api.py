@@ -8,16 +8,34 @@ import asyncio
 import concurrent.futures
 import os
 import threading
+import weakref
 
 from . import _delivery
 
 
 def _queue_class(native):
+    # Each asyncio loop's inbox (python/src/loop_inbox.h), made by the loop's first done() and kept
+    # alive by the loop's reader of it alone: the loop closes, the reader goes, and the inbox with
+    # what it held. Held here weakly: the inbox holds futures, which hold their loop.
+    inboxes = weakref.WeakKeyDictionary()  # loop -> weak reference to its inbox
+    making = threading.Lock()  # the dictionary, between loops on several threads
+
+    def inbox_of(loop):
+        held = inboxes.get(loop)
+        inbox = held() if held is not None else None
+        if inbox is None:
+            inbox = native._LoopInbox()
+            loop.add_reader(inbox.fd, _delivery.resolve_from, inbox)
+            with making:
+                inboxes[loop] = weakref.ref(inbox)
+        return inbox
+
     class CompletionQueue(native.CompletionQueue):
         """Completions of work on streams, delivered to Python (docs/python.md).
 
-        One poller thread per queue asks the GPU; callbacks run on it and futures are resolved
-        from it, a polling pass's completions at a time under one acquisition of the GIL.
+        One poller thread per queue asks the GPU; callbacks run on it and concurrent.futures
+        futures are resolved from it, a polling pass's completions at a time under one acquisition
+        of the GIL; asyncio futures go to their loops, which resolve them, without it.
         ``spin_for`` and ``max_sleep`` (seconds) pace it as the C++ queue's options do; ``signal``
         hears completions through a memory word instead of event queries where the device can
         (CompletionSignal::kAuto). ``events`` is the EventPool its events come from. Every method is
@@ -45,8 +63,9 @@ def _queue_class(native):
             """An asyncio future of the running loop that completes (None, or CUDAError) once the
             work enqueued on ``stream`` so far is done; resolved on that loop. Cancelling it (or
             the task awaiting it) leaves the request to finish and be dropped."""
-            future = asyncio.get_running_loop().create_future()
-            self._request(stream, _delivery.ASYNCIO, future)
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            self._request(stream, _delivery.ASYNCIO, future, inbox_of(loop))
             return future
 
         def __enter__(self):

@@ -1,10 +1,11 @@
 """How completions reach Python: the completion queue's poller hands each polling pass's finished
-requests here, in one call, under one acquisition of the GIL (python/src/python_completion_queue.h).
+requests here, in one call, under one acquisition of the GIL (python/src/python_completion_queue.h),
+except asyncio futures, which it leaves in their loops' inboxes without the GIL
+(python/src/loop_inbox.h): each loop's reader resolves its own (resolve_from).
 
-A callback is called on the poller's thread; a concurrent.futures.Future is resolved there; an
-asyncio future is resolved on its own loop: the batch's futures of one loop go to that loop in one
-``call_soon_threadsafe``. A future cancelled meanwhile is left as it is, and its reference dropped:
-cancelling the awaiting task leaks nothing.
+A callback is called on the poller's thread; a concurrent.futures.Future is resolved there. A
+future cancelled meanwhile is left as it is, and its reference dropped: cancelling the awaiting
+task leaks nothing.
 """
 
 import sys
@@ -18,9 +19,9 @@ def _error(status, name):
     return None if name is None else CUDAError(status, name)
 
 
-def _resolve_on_loop(futures):
-    """Runs on the futures' loop: resolves those still waiting."""
-    for future, status, name in futures:
+def resolve_from(inbox):
+    """The reader of a loop's inbox, on the loop: resolves the futures left there still waiting."""
+    for future, status, name in inbox.take():
         if future.done():  # cancelled while its work ran
             continue
         if name is None:
@@ -41,13 +42,11 @@ class _Unraisable:
 
 
 def deliver(batch):
-    """Called by the poller with [(kind, target, status, name or None), ...]."""
-    loops = {}
+    """Called by the poller with [(kind, target, status, name or None), ...]: callbacks and
+    concurrent.futures futures (asyncio futures go to their loops' inboxes)."""
     for kind, target, status, name in batch:
         try:
-            if kind == ASYNCIO:
-                loops.setdefault(target.get_loop(), []).append((target, status, name))
-            elif kind == FUTURE:
+            if kind == FUTURE:
                 if target.set_running_or_notify_cancel():  # False: cancelled
                     if name is None:
                         target.set_result(None)
@@ -57,8 +56,3 @@ def deliver(batch):
                 target(_error(status, name))
         except BaseException:  # a callback's error is its own; the others still run
             _report("Exception ignored in an evpool completion callback", target)
-    for loop, futures in loops.items():
-        try:
-            loop.call_soon_threadsafe(_resolve_on_loop, futures)
-        except RuntimeError:  # the loop is closed: nothing awaits these any more
-            pass

@@ -54,6 +54,18 @@ namespace evpool::python {
 
 namespace nb = nanobind;
 
+/// One asyncio loop's inbox (loop_inbox.h), as Python holds it: evpool/_api.py makes one per loop
+/// and module, and the loop's reader of its eventfd takes from it. When it goes (with its loop), what
+/// it holds is dropped, and the poller drops what comes for it later.
+template <class Queue>
+struct AsyncioInbox {
+  std::shared_ptr<typename Queue::Inbox> inbox = std::make_shared<typename Queue::Inbox>();
+  AsyncioInbox() = default;
+  AsyncioInbox(const AsyncioInbox &) = delete;
+  AsyncioInbox &operator=(const AsyncioInbox &) = delete;
+  ~AsyncioInbox() { Queue::close_inbox(*inbox); }  // Python's dealloc: under the GIL
+};
+
 inline nb::dict to_dict(const DeviceStats &stats) {
   nb::dict out;
   out["created"] = stats.created;
@@ -172,6 +184,7 @@ void bind_api(nb::module_ &m) {
   using StreamLease = LeaseObject<typename Traits::stream_lease>;
   using EventLease = LeaseObject<typename Traits::event_lease>;
   using Queue = PythonCompletionQueue<Traits>;
+  using Inbox = AsyncioInbox<Queue>;
 
   nb::class_<StreamLease>(m, "StreamLease",
                           "An exclusive lease of a pooled stream; handed back by end() or at the end of its with "
@@ -316,6 +329,15 @@ void bind_api(nb::module_ &m) {
       .def_prop_ro("device_count", [](const EventPool &self) { return self.pool().device_count(); })
       .def_prop_ro("process_wide", &EventPool::process_wide);
 
+  nb::class_<Inbox>(m, "_LoopInbox", nb::is_weak_referenceable(),
+                    "Where a queue's poller leaves an asyncio loop's finished requests.")
+      .def(nb::init<>())
+      .def_prop_ro(
+          "fd", [](const Inbox &self) { return self.inbox->fd(); }, "The eventfd the loop watches for reading.")
+      .def(
+          "take", [](Inbox &self) { return Queue::take_from_inbox(*self.inbox); },
+          "What the poller left, oldest first: [(future, status, name or None), ...].");
+
   nb::class_<Queue>(m, "CompletionQueue",
                     "Completions of stream work, delivered to Python in batches (docs/python.md).")
       .def(
@@ -333,13 +355,13 @@ void bind_api(nb::module_ &m) {
           nb::arg("max_sleep") = 200e-6, nb::arg("signal") = false)
       .def(
           "_request",
-          [](Queue &self, nb::handle stream, int kind, nb::handle target) {
+          [](Queue &self, nb::handle stream, int kind, nb::handle target, Inbox *inbox) {
             if (kind < 0 || kind > static_cast<int>(Target::kAsyncio))
               throw nb::value_error(("evpool: unknown completion target kind " + std::to_string(kind)).c_str());
             self.request(Traits::completion_stream(stream_address<StreamLease>(stream)),
-                         static_cast<Target>(kind), target);
+                         static_cast<Target>(kind), target, inbox != nullptr ? inbox->inbox : nullptr);
           },
-          nb::arg("stream"), nb::arg("kind"), nb::arg("target"))
+          nb::arg("stream"), nb::arg("kind"), nb::arg("target"), nb::arg("inbox").none() = nb::none())
       .def("close", &Queue::close)
       .def_prop_ro("closed", &Queue::closed)
       .def_prop_ro("pending", &Queue::pending, "Requests made and not yet delivered to Python.")
@@ -354,6 +376,7 @@ void bind_api(nb::module_ &m) {
         out["passes"] = stats.passes;
         out["sleeps"] = stats.sleeps;
         out["pending"] = self.pending();
+        out["batches_under_gil"] = self.batches_under_gil();
         out["poller_cpu_seconds"] = static_cast<double>(self.poller_cpu_time().count()) * 1e-9;
         return out;
       });

@@ -199,13 +199,68 @@ async def test_many_tasks_awaiting_one_stream_all_resolve(api, queue):
 def test_a_loop_closed_before_its_futures_resolve_drops_them(api, queue):
     loop = asyncio.new_event_loop()
     with api.stream(0) as s:
-        future = loop.create_future()
-        queue._request(s, 2, future)
+
+        async def ask():
+            return queue.done(s)
+
+        reference = weakref.ref(loop.run_until_complete(ask()))
+        loop.close()  # its reader goes, and its inbox with it: the request is dropped when done
+        after = queue.future(s)
+        testing.complete(s)
+        after.result(timeout=60)  # delivered in order: the closed loop's request is dropped by now
+        assert queue.pending == 0
+        gc.collect()
+        assert reference() is None
+        assert not loop.is_running()  # the loop itself is still here
+
+
+def test_a_request_for_a_loop_that_is_gone_is_dropped_by_the_poller(api, queue):
+    loop = asyncio.new_event_loop()
+    with api.stream(0) as s:
+
+        async def ask():
+            return queue.done(s)
+
+        reference = weakref.ref(loop.run_until_complete(ask()))
         loop.close()
+        del loop  # the inbox is closed before the work completes
+        gc.collect()
         after = queue.future(s)
         testing.complete(s)
         after.result(timeout=60)
-    assert queue.pending == 0 and not future.done()
+        assert queue.pending == 0
+    gc.collect()
+    assert reference() is None
+
+
+async def test_asyncio_futures_reach_their_loop_without_the_gil_on_the_poller(api, queue):
+    with api.stream(0) as s:
+        before = queue.stats()["batches_under_gil"]
+        for _ in range(20):
+            futures = [queue.done(s) for _ in range(5)]
+            testing.complete(s)
+            await asyncio.gather(*futures)
+        assert queue.stats()["batches_under_gil"] == before
+        after = queue.future(s)
+        testing.complete(s)
+        await asyncio.wrap_future(after)
+        assert queue.stats()["batches_under_gil"] > before  # concurrent.futures futures need it
+
+
+async def test_the_loop_resolves_futures_in_the_order_their_work_finished(api, queue):
+    with api.stream(0) as s, api.stream(0) as t:
+        order = []
+        futures = []
+        for i in range(30):
+            stream = s if i % 2 == 0 else t
+            future = queue.done(stream)
+            future.add_done_callback(lambda f, i=i: order.append(i))
+            futures.append(future)
+            testing.complete(stream)
+        await asyncio.gather(*futures)
+    assert sorted(order) == list(range(30))
+    assert [i for i in order if i % 2 == 0] == list(range(0, 30, 2))
+    assert [i for i in order if i % 2 == 1] == list(range(1, 30, 2))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
