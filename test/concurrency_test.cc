@@ -100,10 +100,13 @@ template <class Backend, class Policy>
 void run_scenario(const Scenario &scenario) {
   using Pool = BasicHandlePool<Backend, Policy>;
   constexpr bool kStreams = BusyHandleBackend<Backend>;
-  // A quarter under ThreadSanitizer (support/sanitizers.h): there the 64-thread scenarios took 14 s each.
-  constexpr int kTotalOperations = test::kThreadSanitizer ? 100'000 : 400'000;
+  // A quarter under ThreadSanitizer (support/sanitizers.h), where the 64-thread scenarios took 14 s
+  // each, and in checked mode (EVPOOL_CHECKED=1), where every call also goes through the checker's
+  // table: what each judges is every call's order and outcome, which a quarter of the calls
+  // exercises as well.
+  const int total_operations = test::kThreadSanitizer || test::pools_are_checked() ? 100'000 : 400'000;
   constexpr std::size_t kMaxHeld = 6;
-  const int operations = std::max(1000, kTotalOperations / scenario.threads);
+  const int operations = std::max(1000, total_operations / scenario.threads);
 
   Backend backend(scenario.devices);
   if (scenario.faults)
