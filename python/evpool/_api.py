@@ -14,9 +14,9 @@ from . import _delivery
 
 
 def _queue_class(native):
-    # Each asyncio loop's inbox (python/src/loop_inbox.h), made by the loop's first done() and kept
-    # alive by the loop's reader of it alone: the loop closes, the reader goes, and the inbox with
-    # what it held. Held here weakly: the inbox holds futures, which hold their loop.
+    # Each asyncio loop's inbox (python/src/loop_inbox.h), made by the loop's first done(); the
+    # loop's reader of it keeps it alive until the loop closes (a loop dropped unclosed goes with it
+    # to the garbage collector). Held here weakly, so as not to outlive the loop's reader.
     inboxes = weakref.WeakKeyDictionary()  # loop -> weak reference to its inbox
     making = threading.Lock()  # the dictionary, between loops on several threads
 
@@ -25,7 +25,12 @@ def _queue_class(native):
         inbox = held() if held is not None else None
         if inbox is None:
             inbox = native._LoopInbox()
-            loop.add_reader(inbox.fd, _delivery.resolve_from, inbox)
+            try:
+                loop.add_reader(inbox.fd, _delivery.resolve_from, inbox)
+            except NotImplementedError:
+                raise RuntimeError(
+                    f"evpool: await evpool.done needs an event loop that can watch a file descriptor "
+                    f"(add_reader); {type(loop).__name__} cannot") from None
             with making:
                 inboxes[loop] = weakref.ref(inbox)
         return inbox
@@ -78,6 +83,7 @@ def _queue_class(native):
             state = "closed" if self.closed else f"{self.pending} pending"
             return f"<evpool.CompletionQueue {state}>"
 
+    CompletionQueue._inbox_of = staticmethod(inbox_of)  # for the tests
     CompletionQueue.__qualname__ = "CompletionQueue"
     return CompletionQueue
 

@@ -22,12 +22,15 @@ def _error(status, name):
 def resolve_from(inbox):
     """The reader of a loop's inbox, on the loop: resolves the futures left there still waiting."""
     for future, status, name in inbox.take():
-        if future.done():  # cancelled while its work ran
-            continue
-        if name is None:
-            future.set_result(None)
-        else:
-            future.set_exception(CUDAError(status, name))
+        try:
+            if future.done():  # cancelled while its work ran
+                continue
+            if name is None:
+                future.set_result(None)
+            else:
+                future.set_exception(CUDAError(status, name))
+        except BaseException:  # one future's error is its own; the others still resolve
+            _report("Exception ignored in resolving an evpool completion's future", future)
 
 
 def _report(what, target):

@@ -55,8 +55,9 @@ namespace evpool::python {
 namespace nb = nanobind;
 
 /// One asyncio loop's inbox (loop_inbox.h), as Python holds it: evpool/_api.py makes one per loop
-/// and module, and the loop's reader of its eventfd takes from it. When it goes (with its loop), what
-/// it holds is dropped, and the poller drops what comes for it later.
+/// and module, and the loop's reader of its eventfd takes from it and keeps it alive. When it goes
+/// (its loop closed, or the garbage collector cleared it: inbox_clear), what it holds is dropped,
+/// and the poller drops what comes for it later.
 template <class Queue>
 struct AsyncioInbox {
   std::shared_ptr<typename Queue::Inbox> inbox = std::make_shared<typename Queue::Inbox>();
@@ -65,6 +66,21 @@ struct AsyncioInbox {
   AsyncioInbox &operator=(const AsyncioInbox &) = delete;
   ~AsyncioInbox() { Queue::close_inbox(*inbox); }  // Python's dealloc: under the GIL
 };
+
+// The garbage collector's view of an inbox: the futures it holds, which hold their loop, whose
+// reader holds the inbox. A loop dropped unclosed is such a cycle, seen only through these.
+template <class Queue>
+int inbox_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  return Queue::traverse_inbox(*nb::inst_ptr<AsyncioInbox<Queue>>(self)->inbox, visit, arg);
+}
+
+template <class Queue>
+int inbox_clear(PyObject *self) {
+  if (nb::inst_ready(self)) Queue::close_inbox(*nb::inst_ptr<AsyncioInbox<Queue>>(self)->inbox);
+  return 0;
+}
 
 inline nb::dict to_dict(const DeviceStats &stats) {
   nb::dict out;
@@ -329,7 +345,10 @@ void bind_api(nb::module_ &m) {
       .def_prop_ro("device_count", [](const EventPool &self) { return self.pool().device_count(); })
       .def_prop_ro("process_wide", &EventPool::process_wide);
 
-  nb::class_<Inbox>(m, "_LoopInbox", nb::is_weak_referenceable(),
+  static PyType_Slot inbox_slots[] = {{Py_tp_traverse, reinterpret_cast<void *>(&inbox_traverse<Queue>)},
+                                      {Py_tp_clear, reinterpret_cast<void *>(&inbox_clear<Queue>)},
+                                      {0, nullptr}};
+  nb::class_<Inbox>(m, "_LoopInbox", nb::is_weak_referenceable(), nb::type_slots(inbox_slots),
                     "Where a queue's poller leaves an asyncio loop's finished requests.")
       .def(nb::init<>())
       .def_prop_ro(

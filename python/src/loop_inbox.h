@@ -13,7 +13,8 @@
 // only if the inbox was empty; the loop's reader takes them all at once and resolves their futures
 // on its own thread, under the GIL it holds anyway.
 //
-// No wake-up is lost. The stack's head has one modification order. The loop resets the eventfd
+// No wake-up is lost, with any number of filers (every queue's poller files into the inbox of a
+// loop that awaits its requests). The stack's head has one modification order. The loop resets the eventfd
 // before it takes the stack: a request filed before the reset is taken by that take; one filed
 // after the take finds the stack empty and writes the eventfd again; one filed between the two is
 // taken by the take. So whenever the stack is not empty, the eventfd is set or a take is coming.
@@ -22,9 +23,13 @@
 // the stack holds every request newest first, and take() reverses it: futures are resolved in the
 // order their requests finished.
 //
-// Closing: when the inbox's Python object goes (its loop went, or was closed and dropped it), the
-// stack is swapped for a closed mark, and what it held is returned to be dropped under the GIL; a
-// later file() finds the mark and refuses, and the poller drops those requests under the GIL.
+// Closing: when the inbox's Python object goes (its loop closed, and its reader with it; or the
+// garbage collector broke the cycle of a loop dropped unclosed, whose futures the inbox holds and
+// which holds its inbox: for_each_filed() shows it those futures), the stack is swapped for a
+// closed mark, and what it held is returned to be dropped under the GIL; a later file() finds the
+// mark and refuses, and the poller drops those requests under the GIL. A filer owns the inbox
+// while it files (its ticket's shared_ptr): once its chain is published, the loop may take it and
+// drop the last other owner before the filer writes the eventfd.
 //
 // Memory orders: file()'s compare-and-swap releases the requests' contents (the poller wrote their
 // statuses) to take()'s and close()'s exchanges, which acquire.
@@ -40,9 +45,10 @@
 
 namespace evpool::python {
 
-/// `Node` has a `Node *next`. Thread-safety: file() by one thread at a time (the poller); take()
-/// and close() by the loop's thread (holding the GIL), not at once; fd() by any. Progress:
-/// lock-free, but for the eventfd's system calls.
+/// `Node` has a `Node *next`. Thread-safety: file() by any number of threads at once (the queues'
+/// pollers); take(), close() and for_each_filed() by the thread holding the GIL (the loop's
+/// thread, the garbage collector), never at once; fd() by any. Progress: lock-free, but for the
+/// eventfd's system calls.
 template <class Node>
 class LoopInbox {
  public:
@@ -69,7 +75,8 @@ class LoopInbox {
     } while (!head_.compare_exchange_weak(head, newest, std::memory_order_release, std::memory_order_relaxed));
     if (head == nullptr) {
       const std::uint64_t one = 1;
-      // Fails only if the counter would overflow (it is reset by every take): the loop is awake.
+      // Fails only if the counter would overflow (every take resets it): the loop is awake anyway.
+      // The descriptor is open: the caller owns the inbox (see the top).
       [[maybe_unused]] const ssize_t written = write(fd_, &one, sizeof one);
     }
     return true;
@@ -79,12 +86,10 @@ class LoopInbox {
   Node *take() noexcept {
     std::uint64_t count = 0;
     [[maybe_unused]] const ssize_t read_back = read(fd_, &count, sizeof count);  // EAGAIN: not set
-    // Acquire: pairs with file()'s release.
+    // After close() nothing is taken: the mark stays (close() and take() never run at once, and
+    // no file() writes the mark). Acquire: pairs with file()'s release.
+    if (head_.load(std::memory_order_relaxed) == closed_mark()) return nullptr;
     Node *newest = head_.exchange(nullptr, std::memory_order_acquire);
-    if (newest == closed_mark()) {  // closed: nothing more will come
-      head_.store(closed_mark(), std::memory_order_relaxed);
-      return nullptr;
-    }
     Node *oldest_first = nullptr;
     while (newest != nullptr) {
       Node *next = newest->next;
@@ -93,6 +98,16 @@ class LoopInbox {
       newest = next;
     }
     return oldest_first;
+  }
+
+  /// Calls `visit(node)` for every node filed and not taken (for the garbage collector). Filers
+  /// may push meanwhile: what they push is not visited, and what was pushed stays as it was.
+  template <class Visit>
+  int for_each_filed(Visit &&visit) const {
+    for (Node *node = head_.load(std::memory_order_acquire); node != nullptr && node != closed_mark();
+         node = node->next)
+      if (const int stop = visit(node)) return stop;
+    return 0;
   }
 
   /// Refuses every later file(); returns what was filed and not taken, newest first, to be dropped.

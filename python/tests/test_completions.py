@@ -4,6 +4,7 @@ import asyncio
 import concurrent.futures
 import gc
 import os
+import sys
 import threading
 import weakref
 
@@ -231,6 +232,41 @@ def test_a_request_for_a_loop_that_is_gone_is_dropped_by_the_poller(api, queue):
         assert queue.pending == 0
     gc.collect()
     assert reference() is None
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_a_loop_dropped_unclosed_goes_to_the_garbage_collector_with_its_requests(api, queue):
+    loop = asyncio.new_event_loop()
+    with api.stream(0) as s:
+
+        async def ask():
+            return queue.done(s)
+
+        reference, loop_reference = weakref.ref(loop.run_until_complete(ask())), weakref.ref(loop)
+        after = queue.future(s)
+        testing.complete(s)
+        after.result(timeout=60)  # delivered in order: the loop's request is in its inbox
+        del loop  # unclosed: its reader holds the inbox, which holds the future, which holds the loop
+        gc.collect()
+    assert loop_reference() is None and reference() is None
+
+
+async def test_a_future_that_raises_when_resolved_keeps_no_other_from_resolving(api, queue, monkeypatch):
+    class Refusing(asyncio.Future):
+        def set_result(self, result):
+            raise RuntimeError("refused")
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    loop = asyncio.get_running_loop()
+    with api.stream(0) as s:
+        refusing = Refusing(loop=loop)
+        queue._request(s, 2, refusing, queue._inbox_of(loop))
+        others = [queue.done(s) for _ in range(3)]
+        testing.complete(s)
+        await asyncio.wait_for(asyncio.gather(*others), 60)
+    assert len(reported) == 1 and "refused" in str(reported[0].exc_value)
+    refusing.cancel()
 
 
 async def test_asyncio_futures_reach_their_loop_without_the_gil_on_the_poller(api, queue):
