@@ -310,21 +310,28 @@ class GatedStreamBackend : public test::HostStreamBackend {
   std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
 };
 
-TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
-  constexpr int kSetAside = 16, kWaiters = 8;
-  GatedStreamBackend backend(1, test::HostStreamBackend::Clock::kTicks);
-  BasicHandlePool<GatedStreamBackend, CountsWaiters> pool(backend);
+// The scene of the sweep tests: kSetAside streams set aside busy for `busy_for` ticks (then the
+// clock moves by `advance`); one Get sweeps them, its first query held at the gate until kWaiters
+// more Gets wait for its sweep (the policy's spin_wait tells when each begins to). Every Get holds
+// its stream until all have one, so that none comes back into the depot meanwhile. Returns the
+// backend's queries from the sweep on.
+using GatedPool = BasicHandlePool<GatedStreamBackend, CountsWaiters>;
+constexpr int kSetAside = 16, kWaiters = 8;
+
+std::uint64_t sweep_with_waiters(GatedStreamBackend &backend, GatedPool &pool, std::uint32_t busy_for,
+                                 std::uint64_t advance) {
   {
-    std::vector<BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease> leases;
+    std::vector<GatedPool::unique_lease> leases;
     for (int i = 0; i < kSetAside; ++i) leases.push_back(pool.Lease(0));
-    for (auto &lease : leases) backend.make_busy(lease.get(), 1'000'000);
+    for (auto &lease : leases) backend.make_busy(lease.get(), busy_for);
   }
   auto sets_aside = pool.Lease(0);  // asks the depot's streams, sets them aside, creates
-  ASSERT_EQ(pool.busy_handles(0), std::uint64_t{kSetAside});
+  EXPECT_EQ(pool.busy_handles(0), std::uint64_t{kSetAside});
+  backend.advance(advance);
   const std::uint64_t queries = backend.queries();
   CountsWaiters::waiting.store(0);
   backend.close_the_gate();
-  BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease swept;  // held: it stays out of the depot
+  GatedPool::unique_lease swept;  // held: it stays out of the depot
   std::thread sweeper([&] { swept = pool.Lease(0); });
   while (!backend.someone_at_the_gate()) std::this_thread::yield();
   std::atomic<int> served{0};
@@ -333,16 +340,22 @@ TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
     waiters.emplace_back([&] {
       auto lease = pool.Lease(0);
       served.fetch_add(1);
-      while (served.load() < kWaiters) std::this_thread::yield();  // hold it: none comes back meanwhile
+      while (served.load() < kWaiters) std::this_thread::yield();
     });
   while (CountsWaiters::waiting.load() < kWaiters) std::this_thread::yield();
   backend.open();
   sweeper.join();
   for (std::thread &waiter : waiters) waiter.join();
+  return backend.queries() - queries;
+}
+
+TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
+  GatedStreamBackend backend(1, test::HostStreamBackend::Clock::kTicks);
+  GatedPool pool(backend);
+  const std::uint64_t queries = sweep_with_waiters(backend, pool, 1'000'000, 0);
   // The sweep's S, and each Get's tidy after it took its stream (tidy_set_aside: one magazine, of
   // one stream without caches).
-  EXPECT_LE(backend.queries() - queries, std::uint64_t{kSetAside + 1 + kWaiters})
-      << "Gets asked again what a sweep found busy";
+  EXPECT_LE(queries, std::uint64_t{kSetAside + 1 + kWaiters}) << "Gets asked again what a sweep found busy";
   EXPECT_EQ(backend.created(), std::uint64_t{kSetAside + 2 + kWaiters});
 }
 
@@ -350,34 +363,9 @@ TEST(CapWaits, OneSweepServesEveryGetWaitingForIt) {
 // another: the verdict "every stream busy" is only a sweep's that found none. Here every stream
 // set aside is idle by the time the sweep asks; W Gets wait for it, and none creates.
 TEST(CapWaits, AGetThatWaitedForASweepThatFoundAnIdleStreamSweepsInTurn) {
-  constexpr int kSetAside = 16, kWaiters = 8;
   GatedStreamBackend backend(1, test::HostStreamBackend::Clock::kTicks);
-  BasicHandlePool<GatedStreamBackend, CountsWaiters> pool(backend);
-  {
-    std::vector<BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease> leases;
-    for (int i = 0; i < kSetAside; ++i) leases.push_back(pool.Lease(0));
-    for (auto &lease : leases) backend.make_busy(lease.get(), 1'000);
-  }
-  auto sets_aside = pool.Lease(0);
-  ASSERT_EQ(pool.busy_handles(0), std::uint64_t{kSetAside});
-  backend.advance(2'000);  // every stream set aside is idle now
-  CountsWaiters::waiting.store(0);
-  backend.close_the_gate();
-  BasicHandlePool<GatedStreamBackend, CountsWaiters>::unique_lease swept;  // held: it stays out of the depot
-  std::thread sweeper([&] { swept = pool.Lease(0); });
-  while (!backend.someone_at_the_gate()) std::this_thread::yield();
-  std::atomic<int> served{0};
-  std::vector<std::thread> waiters;
-  for (int w = 0; w < kWaiters; ++w)
-    waiters.emplace_back([&] {
-      auto lease = pool.Lease(0);
-      served.fetch_add(1);
-      while (served.load() < kWaiters) std::this_thread::yield();  // hold it: none comes back meanwhile
-    });
-  while (CountsWaiters::waiting.load() < kWaiters) std::this_thread::yield();
-  backend.open();
-  sweeper.join();
-  for (std::thread &waiter : waiters) waiter.join();
+  GatedPool pool(backend);
+  sweep_with_waiters(backend, pool, 1'000, 2'000);  // every stream set aside is idle when it sweeps
   EXPECT_EQ(backend.created(), std::uint64_t{kSetAside + 1}) << "a Get created where a stream set aside was idle";
 }
 

@@ -196,13 +196,7 @@ class PythonCompletionQueue {
 
   /// Drops what `inbox` holds and refuses what comes later (the loop's inbox object is going).
   /// Requires the GIL.
-  static void close_inbox(Inbox &inbox) noexcept {
-    for (Ticket *left = inbox.close(); left != nullptr;) {
-      Ticket *ticket = std::exchange(left, left->next);
-      Py_DECREF(ticket->target);
-      delete ticket;
-    }
-  }
+  static void close_inbox(Inbox &inbox) noexcept { drop(inbox.close()); }
 
   /// Visits the futures `inbox` holds, for the garbage collector (tp_traverse). Requires the GIL.
   static int traverse_inbox(const Inbox &inbox, visitproc visit, void *arg) {
