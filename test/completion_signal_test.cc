@@ -88,12 +88,18 @@ TEST_F(CompletionSignalTest, CallbacksOfAStreamPartlyDoneRunInOrderAsTheirSignal
   EXPECT_EQ(backend_.queries(), 0u);
 }
 
+// An interval that no stall of the test's thread reaches, however loaded the machine (a test that
+// asserts the event is not asked within it fails on correct code if the thread stalls that long,
+// and a host running the sanitizer builds and the fuzzer beside the tests stalls threads for
+// milliseconds), and short enough to wait out.
+constexpr auto kStallProofInterval = 250ms;
+
 // A fault ends the stream's work and its signal writes never land: the event, queried once the
 // interval has passed, brings the error; the request before the fault completes through its
 // signal with success.
 TEST_F(CompletionSignalTest, AnErrorReachesTheCallbackThoughTheSignalNeverLands) {
   HostWorkStream stream;
-  Queue queue(backend_, signalled_every(5ms));
+  Queue queue(backend_, signalled_every(kStallProofInterval));
   std::vector<int> statuses;
   for (int i = 0; i < 3; ++i) queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
   stream.fail_from(2, 700);
@@ -122,7 +128,8 @@ TEST_F(CompletionSignalTest, AnErrorHeardFromAnEventReachesTheRequestsBehindItIn
   HostWorkStream stream, other;
   std::vector<int> statuses;
   int other_status = -1;
-  Queue queue(backend_, signalled_every(20ms));  // after what its callbacks write: destroyed first
+  // After what its callbacks write: destroyed first.
+  Queue queue(backend_, signalled_every(kStallProofInterval));
   for (int i = 0; i < kRequests; ++i)
     queue.notify(&stream, [&statuses](int status) { statuses.push_back(status); });
   queue.notify(&other, [&other_status](int status) { other_status = status; });

@@ -17,5 +17,7 @@ set_capturing = _testing.set_capturing
 make_busy = _testing.make_busy
 early_finishes = _testing.early_finishes
 waits = _testing.waits
+hold_inbox_wakeups = _testing.hold_inbox_wakeups
+inbox_wakeups_held = _testing.inbox_wakeups_held
 StreamPool = _testing.StreamPool
 EventPool = _testing.EventPool

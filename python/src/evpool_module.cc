@@ -22,6 +22,7 @@ struct CudaTraits {
   using event_pool = CUDAEventPool;
   using event_lease = CUDAEventPool::unique_lease;
   using completion_backend = CUDACompletionBackend;
+  using inbox_before_wake = WakeAtOnce;
   static constexpr unsigned kCompletionEventFlags = cudaEventDisableTiming;
 
   static std::unique_ptr<stream_pool> make_stream_pool(unsigned flags, int priority, std::size_t max_idle,

@@ -33,6 +33,10 @@
 //
 // Memory orders: file()'s compare-and-swap releases the requests' contents (the poller wrote their
 // statuses) to take()'s and close()'s exchanges, which acquire.
+//
+// `BeforeWake::before_wake()` runs between a chain's publication and the eventfd write it calls
+// for: nothing in evpool's module, a pause in the tests' (testing_module.cc), which widen that
+// window to show that the loop may close meanwhile.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -45,11 +49,16 @@
 
 namespace evpool::python {
 
+/// LoopInbox's default `BeforeWake`: the eventfd is written as soon as the chain is published.
+struct WakeAtOnce {
+  static void before_wake() noexcept {}
+};
+
 /// `Node` has a `Node *next`. Thread-safety: file() by any number of threads at once (the queues'
 /// pollers); take(), close() and for_each_filed() by the thread holding the GIL (the loop's
 /// thread, the garbage collector), never at once; fd() by any. Progress: lock-free, but for the
 /// eventfd's system calls.
-template <class Node>
+template <class Node, class BeforeWake = WakeAtOnce>
 class LoopInbox {
  public:
   /// Throws std::system_error if no eventfd can be had.
@@ -74,6 +83,7 @@ class LoopInbox {
       // Release: the chain's contents, to the take that acquires it.
     } while (!head_.compare_exchange_weak(head, newest, std::memory_order_release, std::memory_order_relaxed));
     if (head == nullptr) {
+      BeforeWake::before_wake();
       const std::uint64_t one = 1;
       // Fails only if the counter would overflow (every take resets it): the loop is awake anyway.
       // The descriptor is open: the caller owns the inbox (see the top).

@@ -88,8 +88,8 @@ inline bool python_finalizing() noexcept {
 #endif
 }
 
-/// `Traits` (a module's: evpool_module.cc, testing_module.cc) gives `completion_backend` and
-/// `error_name(status)`. Thread-safety: request(), pending(), stats() and close() may be called
+/// `Traits` (a module's: evpool_module.cc, testing_module.cc) gives `completion_backend`,
+/// `error_name(status)` and `inbox_before_wake` (LoopInbox's `BeforeWake`). Thread-safety: request(), pending(), stats() and close() may be called
 /// from any threads at once; the destructor, only once no other call runs (Python's dealloc).
 template <class Traits>
 class PythonCompletionQueue {
@@ -104,7 +104,7 @@ class PythonCompletionQueue {
 
  public:
   /// Where the poller leaves an asyncio loop's finished requests (loop_inbox.h).
-  using Inbox = LoopInbox<Ticket>;
+  using Inbox = LoopInbox<Ticket, typename Traits::inbox_before_wake>;
 
   /// Starts the poller. `deliver` is evpool._delivery.deliver. Throws std::invalid_argument for
   /// options the C++ queue refuses, std::system_error if the thread cannot start. Requires the GIL.

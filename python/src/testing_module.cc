@@ -16,6 +16,8 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -81,12 +83,27 @@ struct HostWorld {
   }
 };
 
+// What hold_inbox_wakeups() sets: each wake-up of a loop's inbox waits that long after its chain
+// is published (LoopInbox's BeforeWake), so that a test can close the loop meanwhile.
+struct HeldInboxWakeups {
+  static inline std::atomic<std::int64_t> hold_us{0};
+  static inline std::atomic<std::uint64_t> begun{0}, ended{0};
+  static void before_wake() noexcept {
+    const std::int64_t hold = hold_us.load();
+    if (hold == 0) return;
+    begun.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(hold));
+    ended.fetch_add(1);
+  }
+};
+
 struct HostTraits {
   using stream_pool = HostStreamPool;
   using stream_lease = HostStreamPool::unique_lease;
   using event_pool = HostEventPool;
   using event_lease = HostEventPool::unique_lease;
   using completion_backend = test::HostCompletionBackend;
+  using inbox_before_wake = HeldInboxWakeups;
   static constexpr unsigned kCompletionEventFlags = 0;
 
   // Host tokens have no flags, priorities or reuse policy: those arguments are accepted and unused.
@@ -198,6 +215,20 @@ NB_MODULE(_testing, m) {
   m.def(
       "early_finishes", [] { return HostWorld::get().completions.early_finishes(); },
       "Requests finished before their own work was done: always 0 unless the queue is broken.");
+  m.def(
+      "hold_inbox_wakeups",
+      [](double seconds) {
+        if (!(seconds >= 0 && seconds <= 10))
+          throw nb::value_error(("evpool._testing: hold_inbox_wakeups takes 0 to 10 seconds, not " +
+                                 std::to_string(seconds)).c_str());
+        HeldInboxWakeups::hold_us.store(static_cast<std::int64_t>(seconds * 1e6));
+      },
+      nb::arg("seconds"),
+      "Each wake-up of a loop's inbox waits `seconds` between the chain's publication and the "
+      "eventfd write (0: none).");
+  m.def(
+      "inbox_wakeups_held", [] { return std::pair(HeldInboxWakeups::begun.load(), HeldInboxWakeups::ended.load()); },
+      "(begun, ended): the wake-ups held so far, and those whose hold has ended.");
   m.def("waits", [] {
     HostWorld &world = HostWorld::get();
     const std::lock_guard lock(world.mutex);

@@ -4,8 +4,11 @@ import asyncio
 import concurrent.futures
 import gc
 import os
+import select
+import socket
 import sys
 import threading
+import time
 import weakref
 
 import pytest
@@ -232,6 +235,39 @@ def test_a_request_for_a_loop_that_is_gone_is_dropped_by_the_poller(api, queue):
         assert queue.pending == 0
     gc.collect()
     assert reference() is None
+
+
+def test_a_loop_closed_while_the_poller_wakes_it_leaves_no_write_to_a_reused_descriptor(api, queue):
+    # The poller publishes the loop's request in its inbox and, held here, has not yet written the
+    # inbox's eventfd when the loop closes and drops the inbox. Descriptors opened then take the
+    # lowest numbers free: had the inbox's eventfd closed with it, one of them would have its
+    # number and receive the poller's write.
+    loop = asyncio.new_event_loop()
+    testing.hold_inbox_wakeups(0.3)
+    sockets = []
+    try:
+        with api.stream(0) as s:
+
+            async def ask():
+                return queue.done(s)
+
+            loop.run_until_complete(ask())
+            begun, ended = testing.inbox_wakeups_held()
+            testing.complete(s)
+            while testing.inbox_wakeups_held()[0] == begun:
+                time.sleep(0.001)
+            loop.close()
+            gc.collect()
+            sockets = [end for _ in range(8) for end in socket.socketpair()]
+            while testing.inbox_wakeups_held()[1] == ended:
+                time.sleep(0.001)
+            readable, _, _ = select.select(sockets, [], [], 0)
+            assert readable == [], "the poller wrote into a descriptor that the closed inbox's number went to"
+    finally:
+        testing.hold_inbox_wakeups(0)
+        for end in sockets:
+            end.close()
+    assert queue.pending == 0
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
