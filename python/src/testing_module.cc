@@ -219,15 +219,16 @@ NB_MODULE(_testing, m) {
       "hold_inbox_wakeups",
       [](double seconds) {
         if (!(seconds >= 0 && seconds <= 10))
-          throw nb::value_error(("evpool._testing: hold_inbox_wakeups takes 0 to 10 seconds, not " +
-                                 std::to_string(seconds)).c_str());
+          throw nb::value_error(
+              ("evpool._testing: hold_inbox_wakeups takes 0 to 10 seconds, not " + std::to_string(seconds)).c_str());
         HeldInboxWakeups::hold_us.store(static_cast<std::int64_t>(seconds * 1e6));
       },
       nb::arg("seconds"),
       "Each wake-up of a loop's inbox waits `seconds` between the chain's publication and the "
       "eventfd write (0: none).");
   m.def(
-      "inbox_wakeups_held", [] { return std::pair(HeldInboxWakeups::begun.load(), HeldInboxWakeups::ended.load()); },
+      "inbox_wakeups_held",
+      [] { return std::pair(HeldInboxWakeups::begun.load(), HeldInboxWakeups::ended.load()); },
       "(begun, ended): the wake-ups held so far, and those whose hold has ended.");
   m.def("waits", [] {
     HostWorld &world = HostWorld::get();
