@@ -72,6 +72,12 @@ class Completer {
 class CompletionConcurrency : public test::HostCompletionFixture<> {
  protected:
   void expect_all_done_once(const Ledger &ledger, const Queue &queue, std::size_t requests) {
+    // The poller gives a request's event back, and counts it, after its callback ran: the
+    // threads may have seen every callback while the last give-back is still to come.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((queue.stats().completions < requests || backend_.given_back() < requests) &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::size_t wrong = 0;
     for (const auto &runs : ledger.runs) wrong += runs.load() != 1;
     EXPECT_EQ(wrong, 0u) << "requests whose callback did not run exactly once";

@@ -233,7 +233,8 @@ TEST_F(CompletionQueueTest, ACallbackThatConvertsToFalseIsRefusedBeforeAnEventIs
 
   // Callables that hold something to call are taken as before: a function, a pointer to one, a
   // lambda that converts to a function pointer, a std::function that holds one.
-  static int calls = 0;
+  static int calls;
+  calls = 0;  // a static: the test may run again in the process (--gtest_repeat)
   struct Count {
     static void call(int) { ++calls; }
   };
@@ -561,7 +562,8 @@ TEST_F(CompletionQueueTest, ARequestAskedEarlierInThePassThatDestroysTheQueueIsS
     }
     EXPECT_EQ(destroys.wait(), HostCompletionBackend::kSuccess);
     // Not ASSERT: on failure the request is never finished, and waiting for it would hang.
-    for (int spins = 0; asked_ran.load() == 0 && spins < 1000000; ++spins) std::this_thread::yield();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (asked_ran.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
     EXPECT_EQ(asked_ran.load(), 1) << "the request asked before the destruction was dropped";
     if (asked_ran.load() == 1) {
       EXPECT_EQ(asked.wait(), HostCompletionBackend::kSuccess);
@@ -626,12 +628,20 @@ TEST_F(CompletionQueueTest, AnIdlePollerSleepsUntilARequestArrives) {
   Queue queue(backend_);
   stream.complete_through(1);
   queue.notify(&stream).wait();
-  // Idle now: the poller sleeps in the kernel, making no pass, however long it is left alone.
-  std::this_thread::sleep_for(20ms);
-  const CompletionQueueStats idle = queue.stats();
-  std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(queue.stats().passes, idle.passes);
-  EXPECT_GE(idle.sleeps, 1u);
+  // Idle now: the poller sleeps in the kernel, making no pass, however long it is left alone. It
+  // may still be finishing its last pass when a window begins (stalled after it finished the
+  // request): some window of 50 ms is quiet, and in a poller that never sleeps none is.
+  bool quiet = false;
+  std::uint64_t sleeps = 0;
+  for (int window = 0; window < 20 && !quiet; ++window) {
+    const CompletionQueueStats before = queue.stats();
+    std::this_thread::sleep_for(50ms);
+    const CompletionQueueStats after = queue.stats();
+    quiet = after.passes == before.passes;
+    sleeps = after.sleeps;
+  }
+  EXPECT_TRUE(quiet) << "the idle poller made passes in each of 20 windows of 50 ms";
+  EXPECT_GE(sleeps, 1u);
   // And a request wakes it.
   stream.complete_through(2);
   EXPECT_EQ(queue.notify(&stream).wait(), HostCompletionBackend::kSuccess);
@@ -644,19 +654,28 @@ TEST_F(CompletionQueueTest, APollerWaitingForLongWorkBacksOffToSleeps) {
   HostWorkStream stream;
   Queue queue(backend_, options);
   Completion completion = queue.notify(&stream);
+  const auto began = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(50ms);
+  // A poller thread that the machine left without a core has slept less: wait for its sleeps.
+  while (queue.stats().sleeps < 10 && std::chrono::steady_clock::now() - began < 10s)
+    std::this_thread::sleep_for(1ms);
   const CompletionQueueStats waiting = queue.stats();
-  // Sleeps of 1 us doubling to 2 ms: about a dozen to reach the cap, then one per 2 ms.
-  EXPECT_LT(waiting.passes, 200u) << "a poller that never slept would have made millions of passes";
+  const auto waited_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
   EXPECT_GE(waiting.sleeps, 10u);
+  // Sleeps of 1 us doubling to 2 ms: about a dozen to reach the cap, then at most one pass per
+  // 2 ms (a stall only makes fewer).
+  EXPECT_LE(waiting.passes, static_cast<std::uint64_t>(20 + waited_ms))
+      << "in " << waited_ms << " ms: a poller that never slept would have made millions of passes";
   stream.complete_all();
   EXPECT_EQ(completion.wait(), HostCompletionBackend::kSuccess);
 }
 
 // The poller announces its sleep, then looks at the channels once more (poller_wait.h): a request
 // pushed after its pass took the channels, and before it announced, must keep it awake. Here the
-// request is pushed from inside the pass (a callback-free notify from the query), when the next
-// backoff sleep would last max_sleep, 1 s: missed, it would wait that long.
+// request is pushed from inside the pass (a notify from the query), when the next backoff sleep
+// would last max_sleep, 1 s: missed, it would wait that long. The hook and the request's callback
+// both run on the poller thread, and read its count of sleeps: none may come between the two.
 TEST_F(CompletionQueueTest, ARequestPushedDuringAPassKeepsThePollerFromItsBackoffSleep) {
   CompletionQueueOptions options;
   options.spin_for = 0ns;
@@ -664,22 +683,23 @@ TEST_F(CompletionQueueTest, ARequestPushedDuringAPassKeepsThePollerFromItsBackof
   HostWorkStream never_done, always_done;
   always_done.complete_through(UINT64_MAX);
   std::atomic<bool> pushed{false};
+  std::uint64_t sleeps_at_push = 0, sleeps_at_callback = 0;
   Completion pushed_in_pass;
   Queue *queue_in_hook = nullptr;
   backend_.on_query([&] {
     // 21 sleeps of 1 us doubling: the next one is capped at max_sleep.
     if (pushed.load() || queue_in_hook == nullptr || queue_in_hook->stats().sleeps < 21) return;
-    pushed_in_pass = queue_in_hook->notify(&always_done);
+    sleeps_at_push = queue_in_hook->stats().sleeps;
+    pushed_in_pass =
+        queue_in_hook->notify(&always_done, [&](int) { sleeps_at_callback = queue_in_hook->stats().sleeps; });
     pushed.store(true);
   });
   Queue queue(backend_, options);
   queue_in_hook = &queue;
   Completion blocked = queue.notify(&never_done);
   while (!pushed.load()) std::this_thread::sleep_for(1ms);
-  const auto pushed_at = std::chrono::steady_clock::now();
-  while (!pushed_in_pass.ready() && std::chrono::steady_clock::now() - pushed_at < 10s)
-    std::this_thread::yield();
-  EXPECT_LT(std::chrono::steady_clock::now() - pushed_at, 500ms)
+  EXPECT_EQ(pushed_in_pass.wait(), HostCompletionBackend::kSuccess);
+  EXPECT_EQ(sleeps_at_callback, sleeps_at_push)
       << "the request waited out a backoff sleep: the poller did not look again before sleeping";
   never_done.complete_all();
   EXPECT_EQ(blocked.wait(), HostCompletionBackend::kSuccess);

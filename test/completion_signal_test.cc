@@ -36,6 +36,12 @@ constexpr CompletionQueueOptions kSignalled{.polling = CompletionPolling::kCalle
                                             .signal = CompletionSignal::kAuto,
                                             .signal_query_interval = std::chrono::seconds(1)};
 
+// The event queries that kSignalled's interval allows since `since`: none within the interval, which
+// the tests that expect none stay within, unless their thread stalls a whole second.
+std::uint64_t queries_allowed_since(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>((std::chrono::steady_clock::now() - since) / kSignalled.signal_query_interval);
+}
+
 CompletionQueueOptions signalled_every(std::chrono::nanoseconds interval) {
   CompletionQueueOptions options = kSignalled;
   options.signal_query_interval = interval;
@@ -45,6 +51,7 @@ CompletionQueueOptions signalled_every(std::chrono::nanoseconds interval) {
 using CompletionSignalTest = test::HostCompletionFixture<>;
 
 TEST_F(CompletionSignalTest, OneReadOfTheNewestSignalFinishesAStreamsRequestsWithoutAQuery) {
+  const auto began = std::chrono::steady_clock::now();
   HostWorkStream stream;
   Queue queue(backend_, kSignalled);
   std::vector<int> order;
@@ -58,22 +65,24 @@ TEST_F(CompletionSignalTest, OneReadOfTheNewestSignalFinishesAStreamsRequestsWit
   const CompletionQueueStats after = queue.stats();
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_EQ(after.signal_reads - before.signal_reads, 2u) << "the oldest's word, then the newest's";
-  EXPECT_EQ(after.queries, 0u);
-  EXPECT_EQ(backend_.queries(), 0u) << "no event was queried";
+  EXPECT_EQ(after.queries, backend_.queries());
+  EXPECT_LE(backend_.queries(), queries_allowed_since(began)) << "an event was queried";
 }
 
 TEST_F(CompletionSignalTest, PendingRequestsAreReadNotQueriedWithinTheInterval) {
+  const auto began = std::chrono::steady_clock::now();
   HostWorkStream stream;
   Queue queue(backend_, kSignalled);
   for (int i = 0; i < 8; ++i) queue.notify(&stream);
   for (int pass = 0; pass < 10; ++pass) EXPECT_EQ(queue.poll(), 0u);
   EXPECT_EQ(queue.stats().signal_reads, 10u) << "one read a pass, of the oldest";
-  EXPECT_EQ(backend_.queries(), 0u);
+  EXPECT_LE(backend_.queries(), queries_allowed_since(began));
   stream.complete_all();
   EXPECT_EQ(queue.poll(), 8u);
 }
 
 TEST_F(CompletionSignalTest, CallbacksOfAStreamPartlyDoneRunInOrderAsTheirSignalsLand) {
+  const auto began = std::chrono::steady_clock::now();
   HostWorkStream stream;
   Queue queue(backend_, kSignalled);
   std::vector<int> order;
@@ -85,7 +94,7 @@ TEST_F(CompletionSignalTest, CallbacksOfAStreamPartlyDoneRunInOrderAsTheirSignal
   stream.complete_all();
   EXPECT_EQ(queue.poll(), 3u);
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_EQ(backend_.queries(), 0u);
+  EXPECT_LE(backend_.queries(), queries_allowed_since(began));
 }
 
 // An interval that no stall of the test's thread reaches, however loaded the machine (a test that
@@ -346,6 +355,7 @@ TEST_F(CompletionSignalTest, ACallbackSeesWhatTheWorkWroteBeforeItsSignalLanded)
   HostWorkStream stream;
   int written_by_work = 0;
   int seen = -1;
+  const auto began = std::chrono::steady_clock::now();
   Queue queue(backend_, kSignalled);
   queue.notify(&stream, [&](int status) { seen = status == 0 ? written_by_work : -2; });
   std::thread device([&] {
@@ -355,7 +365,8 @@ TEST_F(CompletionSignalTest, ACallbackSeesWhatTheWorkWroteBeforeItsSignalLanded)
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (queue.poll() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   EXPECT_EQ(seen, 42);
-  EXPECT_EQ(backend_.queries(), 0u) << "heard through the event, which orders nothing here";
+  // Within the interval, heard through the signal: an event query orders nothing here.
+  EXPECT_LE(backend_.queries(), queries_allowed_since(began)) << "heard through the event";
   device.join();
 }
 
@@ -475,6 +486,12 @@ TEST_F(CompletionSignalTest, ThreadsAskWhileWorkCompletesAndThePollerReadsSignal
         });
       for (std::thread &thread : threads) thread.join();
       for (HostWorkStream &stream : streams) stream.complete_all();
+      // The poller counts a request signalled when it files it, which may come after the threads
+      // are done asking: once every request is finished, every one is filed.
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (queue.stats().completions < std::uint64_t{kThreads * kRequests} &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
       EXPECT_GT(queue.stats().signalled, 0u);
     }
     stop = true;

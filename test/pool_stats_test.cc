@@ -281,10 +281,12 @@ TYPED_TEST(PoolStatsTest, ExactOnceThreadsStopAfterAStorm) {
           for (std::int64_t seen = peak.load(); now > seen && !peak.compare_exchange_weak(seen, now);) {
           }
         } else if (choice < 98) {
+          // Before the Put: once it is back, a Purge may destroy it and a Get create another, and
+          // this count, still holding it, would pass the pool's.
+          outstanding.fetch_sub(1);
           pool.Put(std::move(held.back()));
           held.pop_back();
           puts.fetch_add(1);
-          outstanding.fetch_sub(1);
         } else if (choice < 99) {
           pool.Put(outsider.adopt(outsider.create(0, device), -1), device);
           adopted.fetch_add(1);
