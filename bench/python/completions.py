@@ -14,12 +14,15 @@ stream of their own and wait for it, through each variant in turn, in one proces
            host-callback a host function per request setting a threading.Event
            thread-sync   a thread per stream, blocking in event.synchronize()
 
-The work is a one-element add on a PyTorch tensor (or CuPy array, without PyTorch). Reported per
-variant and T: completions a second, p50 and p99 latency from just before the enqueue to the
-waiter's wake-up, and cores used (the process's CPU time over wall time: the poller, executor
-and driver threads included). Prints a table and writes JSON.
+The work is a one-element add on a PyTorch tensor (or CuPy array, without PyTorch), or with
+--work-us N a kernel that spins about N microseconds (PyTorch's torch.cuda._sleep, its cycles
+calibrated first): short work shows what each way of waiting costs per completion, long work what
+it costs while nothing completes. Reported per variant and T: completions a second, p50 and p99
+latency from just before the enqueue to the waiter's wake-up, cores used (the process's CPU time
+over wall time: the poller, executor and driver threads included), and of those, the cores used
+by evpool's poller. Prints a table and writes JSON.
 
-Usage: bench/python/completions.py [--concurrency 1,8,64] [--seconds 2] [--json OUT.json]
+Usage: bench/python/completions.py [--concurrency 1,8,64] [--seconds 2] [--work-us N] [--json OUT.json]
 """
 
 import argparse
@@ -36,7 +39,8 @@ import evpool
 class Work:
     """Small GPU work on a stream, and events to record, from PyTorch or else CuPy."""
 
-    def __init__(self):
+    def __init__(self, work_us):
+        self.spin_cycles = 0
         try:
             import torch
 
@@ -54,6 +58,24 @@ class Work:
             sys.exit("bench/python/completions.py: needs PyTorch or CuPy")
         if self.torch is None:
             self.name = "cupy " + self.cupy.__version__
+        if work_us > 0:
+            if self.torch is None:
+                sys.exit("bench/python/completions.py: --work-us needs PyTorch (torch.cuda._sleep)")
+            self.spin_cycles = int(work_us * self.cycles_per_us())
+            self.name += f", work: a spin of {work_us:g} us ({self.spin_cycles} cycles)"
+        else:
+            self.name += ", work: a one-element add"
+
+    def cycles_per_us(self):
+        """The GPU's spin cycles a microsecond, from timing one long torch.cuda._sleep."""
+        torch, cycles = self.torch, 20_000_000
+        torch.cuda._sleep(cycles)  # loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / (start.elapsed_time(end) * 1000)
 
     def stream(self):
         """(library stream, int handle) of a new non-blocking stream."""
@@ -71,7 +93,10 @@ class Work:
     def enqueue(self, stream, buffer):
         if self.torch is not None:
             with self.torch.cuda.stream(stream):
-                buffer.add_(1)
+                if self.spin_cycles:
+                    self.torch.cuda._sleep(self.spin_cycles)
+                else:
+                    buffer.add_(1)
         else:
             with stream:
                 buffer += 1
@@ -106,6 +131,7 @@ def summarize(mode, variant, concurrency, latencies, wall, cpu):
         "p50_us": latencies[count // 2] * 1e6 if count else None,
         "p99_us": latencies[min(count - 1, (count * 99) // 100)] * 1e6 if count else None,
         "cores": cpu / wall,
+        "wall_s": wall,
     }
 
 
@@ -198,11 +224,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--work-us", type=float, default=0.0)
     parser.add_argument("--json", default="bench/out/python-completions.json")
     args = parser.parse_args()
     if evpool.device_count() == 0:
         sys.exit("bench/python/completions.py: needs a CUDA device")
-    work = Work()
+    work = Work(args.work_us)
     levels = [int(level) for level in args.concurrency.split(",")]
     async_variants = ["evpool", "evpool-lease", "executor", "host-callback", "query-poll"]
     thread_variants = ["evpool", "host-callback", "thread-sync"]
@@ -210,19 +237,28 @@ def main():
         async_variants.remove("host-callback")
         thread_variants.remove("host-callback")
     results = []
+
+    def measured(run):
+        """run()'s figures, with the cores evpool's poller used meanwhile."""
+        before = evpool.default_queue().stats()["poller_cpu_seconds"]
+        figures = run()
+        figures["poller_cores"] = (evpool.default_queue().stats()["poller_cpu_seconds"] - before) / figures["wall_s"]
+        return figures
+
     for concurrency in levels:
         for variant in async_variants:
-            results.append(asyncio.run(run_tasks(work, variant, concurrency, args.seconds)))
+            results.append(measured(lambda: asyncio.run(run_tasks(work, variant, concurrency, args.seconds))))
         for variant in thread_variants:
-            results.append(run_threads(work, variant, concurrency, args.seconds))
+            results.append(measured(lambda: run_threads(work, variant, concurrency, args.seconds)))
     poller = evpool.default_queue().stats()
     print(f"# {work.name}, evpool {'free-threaded' if evpool.FREE_THREADED else 'with the GIL'}, "
           f"python {sys.version.split()[0]}, {os.cpu_count()} cores; evpool's poller used "
           f"{poller['poller_cpu_seconds']:.2f} s of CPU in all")
-    print(f"{'mode':8} {'variant':14} {'T':>4} {'completions/s':>14} {'p50 us':>9} {'p99 us':>9} {'cores':>6}")
+    print(f"{'mode':8} {'variant':14} {'T':>4} {'completions/s':>14} {'p50 us':>9} {'p99 us':>9} {'cores':>6} "
+          f"{'poller':>6}")
     for r in results:
         print(f"{r['mode']:8} {r['variant']:14} {r['concurrency']:>4} {r['completions_per_s']:>14.0f} "
-              f"{r['p50_us'] or 0:>9.1f} {r['p99_us'] or 0:>9.1f} {r['cores']:>6.2f}")
+              f"{r['p50_us'] or 0:>9.1f} {r['p99_us'] or 0:>9.1f} {r['cores']:>6.2f} {r['poller_cores']:>6.2f}")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as out:
         json.dump({"work": work.name, "python": sys.version, "free_threaded": evpool.FREE_THREADED,

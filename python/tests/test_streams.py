@@ -1,12 +1,23 @@
 """Leases of streams and events, the stream protocol, wait(), stats(): over the host backends."""
 
 import gc
+import sys
+import sysconfig
 import threading
 
 import pytest
 
 import evpool
 from evpool import testing
+
+
+def test_a_free_threaded_interpreter_gets_the_free_threaded_build_which_keeps_the_gil_off():
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert evpool.FREE_THREADED == free_threaded
+    if free_threaded:
+        from evpool import _testing  # noqa: F401  (each module declares that it runs without the GIL)
+
+        assert not sys._is_gil_enabled(), "importing evpool turned the GIL back on"
 
 
 def test_a_lease_is_a_stream_while_its_with_block_runs(api):
