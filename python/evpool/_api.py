@@ -5,6 +5,7 @@ code users run (python/src/bind_api.h says the same of the C++ side)."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import threading
@@ -14,6 +15,17 @@ from . import _delivery
 
 
 def _queue_class(native):
+    # The queues alive, whose pollers must stop taking the GIL before the interpreter finalizes: a
+    # thread that takes it then is killed (with the GIL) or parked for ever (free-threaded), and
+    # the poller, killed inside a noexcept function, aborts the process, or, parked, hangs the
+    # thread that joins it.
+    live = weakref.WeakSet()
+
+    @atexit.register
+    def stop_taking_the_gil():
+        for queue in list(live):
+            queue._stop_taking_the_gil()
+
     # Each asyncio loop's inbox (python/src/loop_inbox.h), made by the loop's first done(); the
     # loop's reader of it keeps it alive until the loop closes (a loop dropped unclosed goes with it
     # to the garbage collector). Held here weakly, so as not to outlive the loop's reader.
@@ -49,6 +61,7 @@ def _queue_class(native):
 
         def __init__(self, *, events=None, spin_for=50e-6, max_sleep=200e-6, signal=False):
             super().__init__(_delivery.deliver, events, spin_for, max_sleep, signal)
+            live.add(self)
 
         def notify(self, stream, callback):
             """Calls ``callback(error)`` on the poller thread once the work enqueued on ``stream``

@@ -382,10 +382,16 @@ void bind_api(nb::module_ &m) {
           },
           nb::arg("stream"), nb::arg("kind"), nb::arg("target"), nb::arg("inbox").none() = nb::none())
       .def("close", &Queue::close)
+      .def("_stop_taking_the_gil", &Queue::stop_taking_the_gil)
       .def_prop_ro("closed", &Queue::closed)
       .def_prop_ro("pending", &Queue::pending, "Requests made and not yet delivered to Python.")
       .def("stats", [](const Queue &self) {
         const CompletionQueueStats stats = self.stats();
+        std::chrono::nanoseconds poller_cpu{0};
+        {
+          nb::gil_scoped_release unlocked;  // poller_cpu_time() waits while close() joins the poller
+          poller_cpu = self.poller_cpu_time();
+        }
         nb::dict out;
         out["requests"] = stats.requests;
         out["completions"] = stats.completions;
@@ -396,7 +402,7 @@ void bind_api(nb::module_ &m) {
         out["sleeps"] = stats.sleeps;
         out["pending"] = self.pending();
         out["batches_under_gil"] = self.batches_under_gil();
-        out["poller_cpu_seconds"] = static_cast<double>(self.poller_cpu_time().count()) * 1e-9;
+        out["poller_cpu_seconds"] = static_cast<double>(poller_cpu.count()) * 1e-9;
         return out;
       });
 

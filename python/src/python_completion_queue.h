@@ -42,11 +42,18 @@
 // fork(): the child has no poller. A queue made in the parent refuses every call in the child
 // (RuntimeError); the package's default queue is replaced in the child (evpool/_api.py).
 //
-// Interpreter exit: a batch that completes while the interpreter finalizes is dropped (its
-// references leak): taking the GIL then would never return.
+// Interpreter exit: a thread that takes the GIL while the interpreter finalizes is ended (with the
+// GIL: pthread_exit, which aborts in the poller's noexcept frames) or parked for ever
+// (free-threaded: the thread that joins the poller then hangs). So before finalization an atexit
+// hook (evpool/_api.py) calls stop_taking_the_gil(): from then on a batch is dropped, its
+// references leaked. The hook and the poller meet through two words, both sequentially
+// consistent: the hook raises `no_gil_`, then waits while `in_gil_section_` is up; the poller
+// raises `in_gil_section_`, then reads `no_gil_`. Either the poller sees the hook's word and takes
+// no GIL, or the hook sees the poller's and waits until its delivery is over.
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <cxxabi.h>
 #include <sys/prctl.h>
 
 #include <atomic>
@@ -146,6 +153,10 @@ class PythonCompletionQueue {
       if (closing_.load(std::memory_order_seq_cst)) throw_closed("request");
       nb::gil_scoped_release unlocked;
       queue_.notify(stream, LinkTicket{this, ticket});
+    } catch (abi::__forced_unwind &) {
+      // The thread is being ended (a daemon thread taking the GIL back while the interpreter
+      // finalizes): notify() took the ticket, which is the queue's now. Not undone.
+      throw;
     } catch (...) {
       outstanding_.fetch_sub(1, std::memory_order_relaxed);
       target.dec_ref();
@@ -179,8 +190,10 @@ class PythonCompletionQueue {
   /// The C++ queue's counts. Thread-safe, wait-free.
   CompletionQueueStats stats() const noexcept { return queue_.stats(); }
 
-  /// CPU time the poller thread has used (zero once it stopped). Thread-safe.
+  /// CPU time the poller thread has used (zero once it stopped, and in a fork child). Thread-safe;
+  /// waits while close() joins the poller: call it without the GIL.
   std::chrono::nanoseconds poller_cpu_time() const {
+    if (in_fork_child()) return std::chrono::nanoseconds(0);  // the mutex may have been held at fork()
     const std::lock_guard lock(poller_mutex_);
     return poller_ == nullptr ? std::chrono::nanoseconds(0) : detail::thread_cpu_time(poller_->native_handle());
   }
@@ -189,6 +202,16 @@ class PythonCompletionQueue {
   /// asyncio futures go to their loops without it). Thread-safe, wait-free.
   std::uint64_t batches_under_gil() const noexcept {
     return batches_under_gil_.load(std::memory_order_relaxed);
+  }
+
+  /// From an atexit hook, before the interpreter finalizes: the poller takes the GIL no more (what
+  /// completes later is dropped, its references leaked). Requires the GIL; releases it while it
+  /// waits for a delivery in progress.
+  void stop_taking_the_gil() {
+    no_gil_.store(true, std::memory_order_seq_cst);
+    nb::gil_scoped_release unlocked;
+    while (in_gil_section_.load(std::memory_order_seq_cst))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
   const CompletionQueueOptions &options() const noexcept { return options_; }
@@ -329,12 +352,24 @@ class PythonCompletionQueue {
     if (batch == nullptr) return;
     batches_under_gil_.fetch_add(1, std::memory_order_relaxed);
     std::uint64_t count = 0;
-    if (python_finalizing()) {  // the GIL cannot be taken any more: the references leak
+    // seq_cst, both: stop_taking_the_gil()'s pairing (store, then load, on each side).
+    in_gil_section_.store(true, std::memory_order_seq_cst);
+    if (no_gil_.load(std::memory_order_seq_cst) || python_finalizing()) {  // the references leak
+      in_gil_section_.store(false, std::memory_order_seq_cst);
       while (batch != nullptr) {
         delete std::exchange(batch, batch->next);
         ++count;
       }
     } else {
+      deliver_under_gil(batch, count);
+      in_gil_section_.store(false, std::memory_order_seq_cst);
+      return;
+    }
+    outstanding_.fetch_sub(count, std::memory_order_seq_cst);
+  }
+
+  void deliver_under_gil(Ticket *batch, std::uint64_t &count) noexcept {
+    {
       nb::gil_scoped_acquire gil;
       nb::list items;
       while (batch != nullptr) {
@@ -361,9 +396,7 @@ class PythonCompletionQueue {
       } catch (nb::python_error &error) {
         error.discard_as_unraisable("evpool: delivering completions");
       }
-      return;
     }
-    outstanding_.fetch_sub(count, std::memory_order_seq_cst);
   }
 
   // Without the GIL: files each asyncio future of the batch in its loop's inbox, a chain per
@@ -422,6 +455,7 @@ class PythonCompletionQueue {
   std::atomic<std::uint64_t> outstanding_{0};
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> batches_under_gil_{0};
+  std::atomic<bool> no_gil_{false}, in_gil_section_{false};
 
   // The poller's only (the C++ callbacks run on it).
   Ticket *batch_head_ = nullptr;

@@ -370,3 +370,84 @@ def test_a_fork_child_gets_exceptions_from_the_parents_queue_and_a_new_default_q
         os.close(write)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+def test_a_callback_reads_no_pending_request_of_its_own(api, queue):
+    # "0 once a thread has seen the result of every request it made": the callback is that result.
+    seen = []
+    with api.stream(0) as s:
+        done = queue.future(s)
+        queue.notify(s, lambda error: seen.append(queue.pending))
+        testing.complete(s)
+        done.result(timeout=60)
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert seen == [0]
+
+
+def test_a_loop_that_has_its_future_reads_no_pending_request(api, queue):
+    # The poller is held between filing the request in the inbox and waking the loop; the loop
+    # takes it meanwhile: it must already be out of pending().
+    loop = asyncio.new_event_loop()
+    testing.hold_inbox_wakeups(0.3)
+    try:
+        with api.stream(0) as s:
+            async def ask():
+                return queue.done(s)
+            future = loop.run_until_complete(ask())
+            inbox = queue._inbox_of(loop)
+            begun, _ = testing.inbox_wakeups_held()
+            testing.complete(s)
+            while testing.inbox_wakeups_held()[0] == begun:
+                time.sleep(0.001)
+            taken = inbox.take()  # what the loop's reader does
+            assert [item[0] for item in taken] == [future]
+            assert queue.pending == 0
+            future.cancel()
+    finally:
+        testing.hold_inbox_wakeups(0)
+        loop.close()
+
+
+def test_a_loop_closed_with_futures_in_its_inbox_frees_them(api, queue):
+    # Not through the garbage collector, which clears weak references to what it finds unreachable
+    # even if it cannot free it: the futures are freed by the close itself.
+    loop = asyncio.new_event_loop()
+    with api.stream(0) as s:
+        async def ask():
+            return queue.done(s)
+        reference = weakref.ref(loop.run_until_complete(ask()))
+        after = queue.future(s)
+        testing.complete(s)
+        after.result(timeout=60)  # in order: the loop's request is in its inbox, not taken
+        gc.disable()
+        try:
+            loop.close()
+            assert reference() is None
+        finally:
+            gc.enable()
+
+
+def test_an_asyncio_kind_needs_an_inbox_and_only_it_has_one(api, queue):
+    loop = asyncio.new_event_loop()
+    with api.stream(0) as s:
+        try:
+            with pytest.raises(ValueError):
+                queue._request(s, 2, loop.create_future())
+            with pytest.raises(ValueError):
+                queue._request(s, 0, print, queue._inbox_of(loop))
+        finally:
+            testing.complete(s)  # what a broken check accepted finishes, so that close() returns
+            loop.close()
+
+
+async def test_a_cancelled_future_is_left_without_a_report(api, queue, monkeypatch):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with api.stream(0) as s:
+        done = queue.done(s)
+        done.cancel()
+        later = queue.done(s)
+        testing.complete(s)
+        await later
+    assert reported == []
