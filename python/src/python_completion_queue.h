@@ -369,8 +369,13 @@ class PythonCompletionQueue {
   }
 
   void deliver_under_gil(Ticket *batch, std::uint64_t &count) noexcept {
+    nb::gil_scoped_acquire gil;
+    // This queue's own Python object, held while the batch's references go: a callback may hold
+    // the last reference to its queue, whose destructor, run here, would join the very thread it
+    // runs on. None once closing: a queue being destroyed has no reference left for a callback to
+    // hold (and one closed by close() is held by that call).
+    nb::object self = closing_.load(std::memory_order_seq_cst) ? nb::object() : nb::find(*this);
     {
-      nb::gil_scoped_acquire gil;
       nb::list items;
       while (batch != nullptr) {
         Ticket *ticket = std::exchange(batch, batch->next);
@@ -397,6 +402,16 @@ class PythonCompletionQueue {
         error.discard_as_unraisable("evpool: delivering completions");
       }
     }
+    // Then, if the last reference is this one, it is dropped on the main thread (Python's pending
+    // calls), where the destructor closes the queue and joins this thread. If the call cannot be
+    // queued, the queue leaks rather than destroy itself here.
+    if (self.is_valid() && Py_REFCNT(self.ptr()) == 1) [[maybe_unused]]
+      const int queued = Py_AddPendingCall(&drop_reference, self.release().ptr());
+  }
+
+  static int drop_reference(void *object) {
+    Py_DECREF(static_cast<PyObject *>(object));
+    return 0;
   }
 
   // Without the GIL: files each asyncio future of the batch in its loop's inbox, a chain per

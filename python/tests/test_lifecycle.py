@@ -99,3 +99,34 @@ def test_a_fork_child_reads_the_stats_of_a_queue_that_a_parent_thread_was_closin
     assert status == 0, output
     assert "child exit 0" in output and "child: " in output, output
     assert "Timeout" not in output, output
+
+
+@pytest.mark.parametrize("made_on", ["this thread", "a thread that has ended"])
+def test_a_callback_holding_the_last_reference_to_its_queue_lets_it_go_off_the_poller(made_on):
+    # The poller drops the callback, and with it the queue's last reference: the queue's
+    # destructor, run there, would join the thread it runs on (an abort). A queue made on a thread
+    # that has ended is, on a free-threaded interpreter, freed by whichever thread drops it last.
+    status, output = run_scene(f"""
+        import weakref
+        done = threading.Event()
+        s = api.stream(0)
+        made = []
+        def make():
+            q = api.CompletionQueue()
+            q.notify(s, lambda error, q=q: done.set())  # the callback holds its own queue
+            made.append(weakref.ref(q))
+        if {made_on!r} == "this thread":
+            make()
+        else:
+            maker = threading.Thread(target=make)
+            maker.start()
+            maker.join()
+        testing.complete(s)
+        assert done.wait(30)
+        deadline = time.monotonic() + 30
+        while made[0]() is not None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        print("queue freed:", made[0]() is None, flush=True)
+    """)
+    assert status == 0, output
+    assert "queue freed: True" in output, output
