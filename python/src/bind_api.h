@@ -24,9 +24,11 @@
 //   completion_backend_for(event_pool &) -> completion_backend
 //   error_name(status) -> std::string
 //
-// Thread-safety (free-threaded Python): pools and queues are thread-safe in C++; a lease object
-// guards its one lease with a mutex (nb::ft_mutex, nothing under the GIL), so that two threads
-// ending and using one lease at once get an exception, never a freed handle.
+// Thread-safety: pools and queues are thread-safe in C++. A lease object counts the calls that use
+// its lease (with(): a record or a synchronization, which release the GIL), and an end() on
+// another thread meanwhile leaves the handing back to the last of them: a thread that ends a lease
+// another uses gets its lease ended, never a handle freed under the other's call. Its state is
+// guarded by a mutex in the free-threaded build (nb::ft_mutex), by the GIL in the other.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -142,29 +144,51 @@ class LeaseObject {
   }
   bool active() const {
     const nb::ft_lock_guard lock(mutex_);
-    return static_cast<bool>(lease_) && !from_parent();
+    return static_cast<bool>(lease_) && !ended_ && !from_parent();
   }
 
-  /// Hands the handle back (reset(): no backend call, never waits). A second end() does nothing.
+  /// Hands the handle back (reset(): no backend call, never waits), or, while another thread uses
+  /// the lease (with()), has the last such use hand it back. A second end() does nothing.
   void end() noexcept {
     Lease ending;
     {
       const nb::ft_lock_guard lock(mutex_);
-      ending = std::move(lease_);
+      ended_ = true;
+      if (users_ == 0) ending = std::move(lease_);
     }
   }
 
-  /// Runs `use` on the lease, under the lease's mutex, refusing an ended lease as handle() does.
+  /// Runs `use` on the lease, refusing an ended lease as handle() does. `use` may release the GIL
+  /// (a record, a synchronization): the lease is counted in use meanwhile, so that an end() on
+  /// another thread leaves the handing back to this call.
   template <class F>
   decltype(auto) with(const char *call, F &&use) {
-    const nb::ft_lock_guard lock(mutex_);
-    return use(checked(call));
+    Lease *held;
+    {
+      const nb::ft_lock_guard lock(mutex_);
+      held = &checked(call);
+      ++users_;
+    }
+    struct Leave {
+      LeaseObject &self;
+      ~Leave() {
+        Lease ending;
+        const nb::ft_lock_guard lock(self.mutex_);
+        if (--self.users_ == 0 && self.ended_) ending = std::move(self.lease_);
+      }
+    } leave{*this};
+    return use(*held);
   }
 
-  /// Takes the lease out (ended here), refusing an ended one as handle() does.
+  /// Takes the lease out (ended here), refusing an ended one as handle() does, and one that
+  /// another thread uses (with()).
   Lease take(const char *call) {
     const nb::ft_lock_guard lock(mutex_);
     checked(call);
+    if (users_ != 0)
+      throw std::logic_error(std::string("evpool: ") + noun_ + " lease in use by another thread: " + call +
+                             " needs it alone");
+    ended_ = true;
     return std::move(lease_);
   }
 
@@ -172,7 +196,7 @@ class LeaseObject {
   bool from_parent() const noexcept { return fork_generation_ != detail::fork_generation(); }
 
   Lease &checked(const char *call) const {
-    if (!lease_)
+    if (!lease_ || ended_)
       throw std::logic_error(std::string("evpool: ") + noun_ +
                              " lease used after it ended (after its with block, or "
                              "end()): " +
@@ -183,8 +207,12 @@ class LeaseObject {
     return const_cast<Lease &>(lease_);
   }
 
+  // The mutex exists in the free-threaded build only: with the GIL, the GIL orders what it guards
+  // (every call below takes the mutex, or holds the GIL, while it reads or writes these).
   mutable nb::ft_mutex mutex_;
   Lease lease_;
+  int users_ = 0;       // calls of with() running
+  bool ended_ = false;  // end() or take() was called: the last use hands the lease back
   const char *noun_;
   const std::uint32_t fork_generation_ = detail::fork_generation();
 };

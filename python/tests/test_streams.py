@@ -4,6 +4,7 @@ import gc
 import sys
 import sysconfig
 import threading
+import time
 
 import pytest
 
@@ -160,6 +161,44 @@ def test_a_lease_shared_by_threads_is_ended_once(api):
         thread.join()
     total = pool.stats()["total"]
     assert (total["gets"], total["puts"], total["outstanding"]) == (1, 1, 0)
+
+
+def test_a_lease_ended_while_another_thread_synchronizes_on_it_goes_back_after_that_call(api, queue):
+    # synchronize() waits without the GIL; end() on this thread meanwhile must not hand the event
+    # back under it (it would be reused, or destroyed by a trim, while the other thread waits).
+    pool = testing.EventPool()
+    with api.stream(0) as s:
+        pending = queue.future(s)  # one piece of work on s, not done
+        for pause in (0.05, 0.2, 1.0):  # a longer one if end() came before synchronize() began
+            lease = pool.lease(0)
+            lease.record(s)
+            outcome, started = [], threading.Event()
+
+            def synchronize(lease=lease, outcome=outcome, started=started):
+                started.set()
+                try:
+                    lease.synchronize()
+                    outcome.append("returned")
+                except RuntimeError:
+                    outcome.append("refused")
+
+            waiter = threading.Thread(target=synchronize)
+            waiter.start()
+            started.wait()
+            time.sleep(pause)
+            lease.end()
+            waiter.join(timeout=0.2)
+            if outcome != ["refused"]:
+                break
+        assert not lease.active
+        assert outcome == [], f"synchronize() {outcome[0]} before the work was done"
+        assert pool.stats()["total"]["outstanding"] == 1, "the event went back while synchronize() waited on it"
+        testing.complete(s)
+        waiter.join(timeout=30)
+        assert outcome == ["returned"]
+        pending.result(timeout=30)
+    total = pool.stats()["total"]
+    assert total["outstanding"] == 0 and total["gets"] == total["puts"]
 
 
 def test_a_lease_may_outlive_its_pool(api):
