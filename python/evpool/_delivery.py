@@ -20,7 +20,10 @@ def _error(status, name):
 
 
 def resolve_from(inbox):
-    """The reader of a loop's inbox, on the loop: resolves the futures left there still waiting."""
+    """The reader of a loop's inbox, on the loop: resolves the futures left there still waiting.
+    One future's error is its own: reported, and the others still resolve. An interruption
+    (Ctrl-C, SystemExit) raised meanwhile is raised once they have."""
+    interruption = None
     for future, status, name in inbox.take():
         try:
             if future.done():  # cancelled while its work ran
@@ -29,8 +32,12 @@ def resolve_from(inbox):
                 future.set_result(None)
             else:
                 future.set_exception(CUDAError(status, name))
-        except BaseException:  # one future's error is its own; the others still resolve
+        except Exception:
             _report("Exception ignored in resolving an evpool completion's future", future)
+        except BaseException as raised:
+            interruption = interruption or raised
+    if interruption is not None:
+        raise interruption
 
 
 def _report(what, target):

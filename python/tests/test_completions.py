@@ -305,6 +305,30 @@ async def test_a_future_that_raises_when_resolved_keeps_no_other_from_resolving(
     refusing.cancel()
 
 
+def test_an_interruption_while_a_loop_resolves_its_inbox_is_raised_after_the_others_resolve():
+    from evpool import _delivery
+
+    class Interrupted(asyncio.Future):
+        def set_result(self, result):
+            raise KeyboardInterrupt
+
+    class Inbox:  # what the loop's reader takes: (future, status, error name or None)
+        def __init__(self, taken):
+            self.taken = taken
+
+        def take(self):
+            return self.taken
+
+    loop = asyncio.new_event_loop()
+    try:
+        before, after = loop.create_future(), loop.create_future()
+        with pytest.raises(KeyboardInterrupt):
+            _delivery.resolve_from(Inbox([(before, 0, None), (Interrupted(loop=loop), 0, None), (after, 0, None)]))
+        assert before.done() and after.done()
+    finally:
+        loop.close()
+
+
 async def test_asyncio_futures_reach_their_loop_without_the_gil_on_the_poller(api, queue):
     with api.stream(0) as s:
         before = queue.stats()["batches_under_gil"]
