@@ -404,7 +404,9 @@ class PythonCompletionQueue {
     }
     // Then, if the last reference is this one, it is dropped on the main thread (Python's pending
     // calls), where the destructor closes the queue and joins this thread. If the call cannot be
-    // queued, the queue leaks rather than destroy itself here.
+    // queued, the queue leaks rather than destroy itself here. Open on a free-threaded interpreter:
+    // another thread that drops its reference between the count's read and this drop leaves the
+    // last one to this thread after all.
     if (self.is_valid() && Py_REFCNT(self.ptr()) == 1) [[maybe_unused]]
       const int queued = Py_AddPendingCall(&drop_reference, self.release().ptr());
   }
