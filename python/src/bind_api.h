@@ -154,7 +154,7 @@ class LeaseObject {
     {
       const nb::ft_lock_guard lock(mutex_);
       ended_ = true;
-      if (users_ == 0) ending = std::move(lease_);
+      ending = hand_back_if_done();
     }
   }
 
@@ -174,7 +174,8 @@ class LeaseObject {
       ~Leave() {
         Lease ending;
         const nb::ft_lock_guard lock(self.mutex_);
-        if (--self.users_ == 0 && self.ended_) ending = std::move(self.lease_);
+        --self.users_;
+        ending = self.hand_back_if_done();
       }
     } leave{*this};
     return use(*held);
@@ -194,6 +195,10 @@ class LeaseObject {
 
  private:
   bool from_parent() const noexcept { return fork_generation_ != detail::fork_generation(); }
+
+  // The lease, to be handed back outside the lock, once it is ended and no with() uses it; else
+  // an empty one. Under the lease's mutex.
+  Lease hand_back_if_done() noexcept { return ended_ && users_ == 0 ? std::move(lease_) : Lease(); }
 
   Lease &checked(const char *call) const {
     if (!lease_ || ended_)

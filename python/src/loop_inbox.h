@@ -14,10 +14,11 @@
 // on its own thread, under the GIL it holds anyway.
 //
 // No wake-up is lost, with any number of filers (every queue's poller files into the inbox of a
-// loop that awaits its requests). The stack's head has one modification order. The loop resets the eventfd
-// before it takes the stack: a request filed before the reset is taken by that take; one filed
-// after the take finds the stack empty and writes the eventfd again; one filed between the two is
-// taken by the take. So whenever the stack is not empty, the eventfd is set or a take is coming.
+// loop that awaits its requests). The stack's head has one modification order. The loop resets
+// the eventfd before it takes the stack: a request filed before the reset is taken by that take;
+// one filed after the take finds the stack empty and writes the eventfd again; one filed between
+// the two is taken by the take. So whenever the stack is not empty, the eventfd is set or a take
+// is coming.
 //
 // Order: the poller links a pass's requests newest first, and pushes them as one chain, so that
 // the stack holds every request newest first, and take() reverses it: futures are resolved in the

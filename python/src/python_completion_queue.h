@@ -13,9 +13,10 @@
 // eventfd it watches), and takes the GIL once, only if the batch has other requests, to hand
 // those to Python (evpool/_delivery.py), which calls the callbacks and resolves the
 // concurrent.futures futures. No thread per request, and no lock but the GIL, taken at most once a
-// batch, never for asyncio futures (but those of a loop that is gone, which it drops). Taking it for them too (through loop.call_soon_threadsafe)
-// made the poller and a busy loop's thread wait for each other: on an H100 host, 64 tasks awaiting
-// small kernels got 16.2 k completions a second, at a p50 of 3.8 ms.
+// batch, never for asyncio futures (but those of a loop that is gone, which it drops). Taking it
+// for them too (through loop.call_soon_threadsafe) made the poller and a busy loop's thread wait
+// for each other: on an H100 host, 64 tasks awaiting small kernels got 16.2 k completions a second,
+// at a p50 of 3.8 ms.
 //
 // The poller waits as the C++ queue's own does (detail/poller_wait.h, reused): it polls without a
 // pause while passes make progress, then spins for `spin_for`, then sleeps 1 us, 2 us, ... up to
@@ -96,8 +97,9 @@ inline bool python_finalizing() noexcept {
 }
 
 /// `Traits` (a module's: evpool_module.cc, testing_module.cc) gives `completion_backend`,
-/// `error_name(status)` and `inbox_before_wake` (LoopInbox's `BeforeWake`). Thread-safety: request(), pending(), stats() and close() may be called
-/// from any threads at once; the destructor, only once no other call runs (Python's dealloc).
+/// `error_name(status)` and `inbox_before_wake` (LoopInbox's `BeforeWake`). Thread-safety:
+/// request(), pending(), stats() and close() may be called from any threads at once; the
+/// destructor, only once no other call runs (Python's dealloc).
 template <class Traits>
 class PythonCompletionQueue {
   using Backend = typename Traits::completion_backend;
@@ -351,25 +353,25 @@ class PythonCompletionQueue {
     batch = file_in_inboxes(batch);
     if (batch == nullptr) return;
     batches_under_gil_.fetch_add(1, std::memory_order_relaxed);
-    std::uint64_t count = 0;
     // seq_cst, both: stop_taking_the_gil()'s pairing (store, then load, on each side).
     in_gil_section_.store(true, std::memory_order_seq_cst);
-    if (no_gil_.load(std::memory_order_seq_cst) || python_finalizing()) {  // the references leak
-      in_gil_section_.store(false, std::memory_order_seq_cst);
-      while (batch != nullptr) {
-        delete std::exchange(batch, batch->next);
-        ++count;
-      }
-    } else {
-      deliver_under_gil(batch, count);
-      in_gil_section_.store(false, std::memory_order_seq_cst);
-      return;
-    }
+    if (no_gil_.load(std::memory_order_seq_cst) || python_finalizing())
+      drop_without_the_gil(batch);
+    else
+      deliver_under_gil(batch);
+    in_gil_section_.store(false, std::memory_order_seq_cst);
+  }
+
+  // The GIL may not be taken: the tickets go, their references leak.
+  void drop_without_the_gil(Ticket *batch) noexcept {
+    std::uint64_t count = 0;
+    for (; batch != nullptr; ++count) delete std::exchange(batch, batch->next);
     outstanding_.fetch_sub(count, std::memory_order_seq_cst);
   }
 
-  void deliver_under_gil(Ticket *batch, std::uint64_t &count) noexcept {
+  void deliver_under_gil(Ticket *batch) noexcept {
     nb::gil_scoped_acquire gil;
+    std::uint64_t count = 0;
     // This queue's own Python object, held while the batch's references go: a callback may hold
     // the last reference to its queue, whose destructor, run here, would join the very thread it
     // runs on. None once closing: a queue being destroyed has no reference left for a callback to

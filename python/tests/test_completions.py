@@ -22,6 +22,25 @@ def fresh(device=0):
     return testing.StreamPool().lease(device)
 
 
+def done_on(loop, queue, stream):
+    """``queue.done(stream)`` asked on ``loop``, which is not running: its future."""
+
+    async def ask():
+        return queue.done(stream)
+
+    return loop.run_until_complete(ask())
+
+
+def complete_and_wait_for_a_held_wakeup(stream):
+    """Completes the stream's work and returns once the poller is held before it wakes the loop
+    (testing.hold_inbox_wakeups): with the count of holds ended before this one."""
+    begun, ended = testing.inbox_wakeups_held()
+    testing.complete(stream)
+    while testing.inbox_wakeups_held()[0] == begun:
+        time.sleep(0.001)
+    return ended
+
+
 def test_a_future_completes_once_the_streams_work_is_done(api, queue):
     with api.stream(0) as s:
         future = queue.future(s)
@@ -203,11 +222,7 @@ async def test_many_tasks_awaiting_one_stream_all_resolve(api, queue):
 def test_a_loop_closed_before_its_futures_resolve_drops_them(api, queue):
     loop = asyncio.new_event_loop()
     with api.stream(0) as s:
-
-        async def ask():
-            return queue.done(s)
-
-        reference = weakref.ref(loop.run_until_complete(ask()))
+        reference = weakref.ref(done_on(loop, queue, s))
         loop.close()  # its reader goes, and its inbox with it: the request is dropped when done
         after = queue.future(s)
         testing.complete(s)
@@ -221,11 +236,7 @@ def test_a_loop_closed_before_its_futures_resolve_drops_them(api, queue):
 def test_a_request_for_a_loop_that_is_gone_is_dropped_by_the_poller(api, queue):
     loop = asyncio.new_event_loop()
     with api.stream(0) as s:
-
-        async def ask():
-            return queue.done(s)
-
-        reference = weakref.ref(loop.run_until_complete(ask()))
+        reference = weakref.ref(done_on(loop, queue, s))
         loop.close()
         del loop  # the inbox is closed before the work completes
         gc.collect()
@@ -247,15 +258,8 @@ def test_a_loop_closed_while_the_poller_wakes_it_leaves_no_write_to_a_reused_des
     sockets = []
     try:
         with api.stream(0) as s:
-
-            async def ask():
-                return queue.done(s)
-
-            loop.run_until_complete(ask())
-            begun, ended = testing.inbox_wakeups_held()
-            testing.complete(s)
-            while testing.inbox_wakeups_held()[0] == begun:
-                time.sleep(0.001)
+            done_on(loop, queue, s)
+            ended = complete_and_wait_for_a_held_wakeup(s)
             loop.close()
             gc.collect()
             sockets = [end for _ in range(8) for end in socket.socketpair()]
@@ -274,11 +278,7 @@ def test_a_loop_closed_while_the_poller_wakes_it_leaves_no_write_to_a_reused_des
 def test_a_loop_dropped_unclosed_goes_to_the_garbage_collector_with_its_requests(api, queue):
     loop = asyncio.new_event_loop()
     with api.stream(0) as s:
-
-        async def ask():
-            return queue.done(s)
-
-        reference, loop_reference = weakref.ref(loop.run_until_complete(ask())), weakref.ref(loop)
+        reference, loop_reference = weakref.ref(done_on(loop, queue, s)), weakref.ref(loop)
         after = queue.future(s)
         testing.complete(s)
         after.result(timeout=60)  # delivered in order: the loop's request is in its inbox
@@ -416,14 +416,9 @@ def test_a_loop_that_has_its_future_reads_no_pending_request(api, queue):
     testing.hold_inbox_wakeups(0.3)
     try:
         with api.stream(0) as s:
-            async def ask():
-                return queue.done(s)
-            future = loop.run_until_complete(ask())
+            future = done_on(loop, queue, s)
             inbox = queue._inbox_of(loop)
-            begun, _ = testing.inbox_wakeups_held()
-            testing.complete(s)
-            while testing.inbox_wakeups_held()[0] == begun:
-                time.sleep(0.001)
+            complete_and_wait_for_a_held_wakeup(s)
             taken = inbox.take()  # what the loop's reader does
             assert [item[0] for item in taken] == [future]
             assert queue.pending == 0
@@ -438,9 +433,7 @@ def test_a_loop_closed_with_futures_in_its_inbox_frees_them(api, queue):
     # even if it cannot free it: the futures are freed by the close itself.
     loop = asyncio.new_event_loop()
     with api.stream(0) as s:
-        async def ask():
-            return queue.done(s)
-        reference = weakref.ref(loop.run_until_complete(ask()))
+        reference = weakref.ref(done_on(loop, queue, s))
         after = queue.future(s)
         testing.complete(s)
         after.result(timeout=60)  # in order: the loop's request is in its inbox, not taken
