@@ -73,6 +73,26 @@ def test_callbacks_in_flight_while_the_interpreter_finalizes_end_without_an_abor
     assert status == 0, output
 
 
+def test_once_the_exit_hook_ran_a_completion_is_dropped_not_delivered():
+    # What the atexit hook promises: from then on the poller takes no GIL, so nothing that
+    # completes later reaches Python (its reference is leaked), and close() does not wait for it.
+    status, output = run_scene("""
+        q = api.CompletionQueue()
+        s = api.stream(0)
+        ran = []
+        q._stop_taking_the_gil()  # what the hook does, before the interpreter finalizes
+        q.notify(s, ran.append)
+        testing.complete(s)
+        deadline = time.monotonic() + 30
+        while q.pending and time.monotonic() < deadline:
+            time.sleep(0.001)
+        q.close()
+        print("pending", q.pending, "delivered", len(ran), flush=True)
+    """)
+    assert status == 0, output
+    assert "pending 0 delivered 0" in output, output
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_fork_child_reads_the_stats_of_a_queue_that_a_parent_thread_was_closing():
     # close() holds the poller's mutex while it joins the poller; the child, which has no such
